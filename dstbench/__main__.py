@@ -1,0 +1,5 @@
+import sys
+
+from dstbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,49 @@
+"""A suite expands into cases: one per (method, density); dense runs once, at 1.0."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from dstbench import registry
+from dstbench.config import SuiteConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    method: str  # the label results are keyed by (the method's name unless the suite gives one)
+    method_name: str  # the registered method
+    kind: str
+    density: float
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.method}@{self.density:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Case":
+        return cls(**data)
+
+
+def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: list[float] | None = None) -> list[Case]:
+    """Cases in run order: density by density, methods in suite order within each.
+
+    `only` keeps the listed method labels; `densities` keeps the listed densities (dense is kept
+    whenever it is selected, since it has no density of its own).
+    """
+    cases: list[Case] = []
+    for spec in suite.methods:
+        if only and spec.key not in only:
+            continue
+        info = registry.method_info(spec.name)
+        wanted = [1.0] if info.kind == "dense" else suite.densities
+        for density in wanted:
+            if densities and info.kind != "dense" and density not in densities:
+                continue
+            cases.append(Case(spec.key, spec.name, info.kind, density, dict(spec.params)))
+    # Dense first, then by descending density, so a long run has its baselines early.
+    return sorted(cases, key=lambda c: (c.kind != "dense", -c.density))

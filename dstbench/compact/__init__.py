@@ -1,0 +1,1 @@
+"""Compact DST: physically sized ViT blocks, importance statistics, tensor surgery."""

@@ -1,0 +1,295 @@
+"""Suite files: YAML -> a validated `SuiteConfig`, or a `SuiteError` naming the file, key and what is allowed.
+
+Everything is checked before any case runs: unknown keys, unknown methods or method parameters,
+models that timm cannot build as a ViT, densities outside (0, 1], non-positive counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import field_validator, model_validator
+
+from dstbench import registry
+
+DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
+METRICS = (
+    "speedup",  # reference median time / method median time, same density
+    "memory_reduction",  # 1 - peak / peak_ref (allocator peak, else state + activation bytes)
+    "state_ratio",  # training-state bytes / reference's
+    "activation_ratio",  # activation bytes / reference's
+    "density_achieved",  # |achieved - target| <= tolerance
+    "topology_share",  # topology-update time / segment time
+    "top1",  # accuracy, absolute
+    "top1_drop",  # top1 of `vs` (default dense) minus the method's
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(BaseModel):
+    """`name` is a timm ViT; every other key goes to `timm.create_model`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = "vit_tiny_patch16_224"
+    checkpoint: str | None = None
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _buildable(self) -> "ModelConfig":
+        from dstbench.vit import create_vit
+
+        try:
+            create_vit(self.name, device="meta", **self.kwargs)
+        except Exception as exc:  # timm raises TypeError/ValueError/RuntimeError for bad kwargs
+            raise ValueError(f"cannot build model: {exc}") from None
+        return self
+
+
+class AugmentConfig(Strict):
+    random_crop: bool = True
+    flip: bool = True
+    randaugment: str | None = None  # a timm RandAugment spec such as "rand-m9-mstd0.5"
+    mixup: float = Field(0.0, ge=0)
+    cutmix: float = Field(0.0, ge=0)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+
+
+class DataConfig(Strict):
+    name: Literal[DATASETS] = "synthetic"  # type: ignore[valid-type]
+    root: str | None = None
+    download: bool = False
+    num_workers: int = Field(2, ge=0)
+    augment: AugmentConfig = AugmentConfig()
+
+
+class OptimizerConfig(Strict):
+    name: Literal["sgd", "adamw"] = "adamw"
+    lr: PositiveFloat = 1e-3
+    weight_decay: float = Field(0.05, ge=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    nesterov: bool = False
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+class TimingConfig(Strict):
+    warmup_steps: PositiveInt = 5  # the first warmup step also counts FLOPs and activation bytes
+    segment_steps: PositiveInt = 20
+    segments: PositiveInt = 5
+    # Training length the methods' schedules assume (t_end is a fraction of it). Default: every
+    # step the case runs, warmup included.
+    total_steps: PositiveInt | None = None
+
+
+class MethodSpec(Strict):
+    name: str
+    label: str | None = None  # to run one method twice with different params
+    params: dict[str, Any] = {}
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class Expectation(Strict):
+    metric: Literal[METRICS]  # type: ignore[valid-type]
+    method: str = "*"
+    vs: str | None = None  # default: the suite's reference
+    density: float | None = None  # default: every density
+    min: float | None = None
+    max: float | None = None
+    tolerance: float | None = Field(None, ge=0)
+
+
+class AccuracyConfig(Strict):
+    epochs: PositiveInt = 10
+    warmup_epochs: float = Field(1.0, ge=0)
+    min_lr: float = Field(1e-5, ge=0)
+    eval_every: PositiveInt = 1
+    eval_batch_size: PositiveInt = 256
+    checkpoint_every: int = Field(0, ge=0)  # epochs; 0: no checkpoints
+
+
+class LauncherConfig(Strict):
+    name: Literal["subprocess", "inprocess", "torchrun"] = "subprocess"
+    timeout_s: PositiveFloat = 3600.0
+    nproc_per_node: PositiveInt = 1
+    nnodes: PositiveInt = 1
+    node_rank: int = Field(0, ge=0)
+    master_addr: str = "127.0.0.1"
+    master_port: int = Field(29500, ge=1, le=65535)
+
+
+class ProfileConfig(Strict):
+    enabled: bool = True
+    steps: PositiveInt = 3  # profiled steps; the topology update falls on the last one
+    memory_snapshot: bool = True
+
+
+class SuiteConfig(Strict):
+    name: str
+    description: str = ""
+    device: Literal["auto", "cuda", "cpu", "mps"] = "auto"
+    seed: int = 0
+    plugins: list[str] = []  # modules imported first, so their methods register
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    batch_size: PositiveInt = 64
+    optimizer: OptimizerConfig = OptimizerConfig()
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    mode: Literal["speed", "accuracy", "both"] = "speed"
+    timing: TimingConfig = TimingConfig()
+    accuracy: AccuracyConfig = AccuracyConfig()
+    methods: list[MethodSpec] = Field(min_length=1)  # a bare name is allowed
+    densities: list[float] = Field(min_length=1)
+    reference: str = "dense"
+    launcher: LauncherConfig = LauncherConfig()
+    profile: ProfileConfig = ProfileConfig(enabled=False)  # `true` is allowed
+    expect: list[Expectation] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            registry.import_plugins(list(data.get("plugins") or []))
+        return data
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _bare_names(cls, methods: Any) -> Any:
+        if isinstance(methods, list):
+            return [{"name": m} if isinstance(m, str) else m for m in methods]
+        return methods
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_flag(cls, profile: Any) -> Any:
+        return {"enabled": profile} if isinstance(profile, bool) else profile
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, specs: list[MethodSpec]) -> list[MethodSpec]:
+        known = registry.list_methods()
+        for spec in specs:
+            if spec.name not in known:
+                raise ValueError(f"unknown method {spec.name!r} (registered: {', '.join(known)})")
+            info = registry.method_info(spec.name)
+            try:
+                info.cls.parse_params(dict(spec.params))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(str(exc)) from None
+        keys = [s.key for s in specs]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise ValueError(f"methods listed twice: {duplicates}; give each a distinct `label`")
+        return specs
+
+    @field_validator("densities")
+    @classmethod
+    def _densities_in_range(cls, densities: list[float]) -> list[float]:
+        for d in densities:
+            if not 0.0 < d <= 1.0:
+                raise ValueError(f"density {d} is outside (0, 1]")
+        if len(set(densities)) != len(densities):
+            raise ValueError("densities listed twice")
+        return densities
+
+    @model_validator(mode="after")
+    def _reference_is_run(self) -> "SuiteConfig":
+        keys = {m.key for m in self.methods}
+        if self.reference not in keys:
+            raise ValueError(f"reference {self.reference!r} is not among the methods ({', '.join(sorted(keys))})")
+        return self
+
+    def setup_hash(self) -> str:
+        """Hash of what a case's measurement depends on besides its method and density.
+
+        Two runs whose cases share this hash (and method, params, density) can be compared.
+        """
+        measured = self.model_dump(
+            mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "mode", "timing", "accuracy"}
+        )
+        return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class SuiteError(Exception):
+    """A suite that cannot run. `problems` are (key, message) pairs."""
+
+    def __init__(self, path: str, problems: list[tuple[str, str]]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = [f"{path}: {key}: {message}" if key else f"{path}: {message}" for key, message in problems]
+        super().__init__("\n".join(lines))
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class inside an annotation such as `Optional[X]`, `list[X]` or `bool | X`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (Union, types.UnionType, list, tuple, dict):
+        for arg in typing.get_args(annotation):
+            found = _unwrap_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    current: type[BaseModel] | None = SuiteConfig
+    for part in loc:
+        if current is None:
+            return []
+        if isinstance(part, str):  # list indices keep the element's model
+            field = current.model_fields.get(part)
+            current = _unwrap_model(field.annotation) if field else None
+    return list(current.model_fields) if current is not None else []
+
+
+def _format(error: dict[str, Any]) -> tuple[str, str]:
+    loc = tuple(error["loc"])
+    key = ".".join(str(p) for p in loc)
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        return key, f"unknown key (allowed: {', '.join(allowed)})"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "literal_error" and "expected" in error.get("ctx", {}):
+        message = f"got {error.get('input')!r}; allowed: {error['ctx']['expected']}"
+    return key, message
+
+
+def parse_suite(data: Any, path: str = "<suite>") -> SuiteConfig:
+    if not isinstance(data, dict):
+        raise SuiteError(path, [("", "a suite must be a YAML mapping")])
+    try:
+        return SuiteConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = list(dict.fromkeys(_format(e) for e in exc.errors()))
+        raise SuiteError(path, problems) from None
+    except ImportError as exc:
+        raise SuiteError(path, [("plugins", f"cannot import: {exc}")]) from None
+
+
+def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> SuiteConfig:
+    """Read and validate a suite file; `overrides` replace top-level keys (e.g. `--device`)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SuiteError(str(path), [("", f"cannot read: {exc.strerror}")]) from None
+    except yaml.YAMLError as exc:
+        raise SuiteError(str(path), [("", f"not valid YAML: {exc}")]) from None
+    if overrides and isinstance(data, dict):
+        data = {**data, **overrides}
+    return parse_suite(data, str(path))

@@ -1,0 +1,1 @@
+"""Regression gates: suite expectations, run-to-run comparison, pytest-benchmark export."""

@@ -1,0 +1,291 @@
+"""The interface every DST method implements, and the training step they all share.
+
+A method owns a model and its optimizer. `train_segment` runs ordinary training steps (forward,
+cross-entropy, backward, optimizer step) and the topology updates that fall due. Subclasses change
+behaviour through a few hooks, each run under its profiler phase label, so a third-party method gets
+the same labels without writing profiler code:
+
+    after_backward(step)         statistics from the backward pass (BARTER's importance)
+    before_optimizer_step(step)  e.g. mask gradients              [phase: masking]
+    after_optimizer_step(step)   e.g. mask weights and state      [phase: masking]
+    update_due(step) -> bool     whether a topology update falls due at this step
+    update_topology(step)        the update itself                [phase: topology_update]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from dstbench import phases
+from dstbench.optim import build_optimizer
+from dstbench.vit import prunable_weights
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclasses.dataclass
+class SegmentStats:
+    """What one `train_segment` call did."""
+
+    steps: int
+    images: int
+    loss: float
+    topology_updates: int
+    topology_ms: float
+    # Sub-phases of the updates in this segment (e.g. "resize", "state_remap"), milliseconds.
+    topology_detail_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+class Method:
+    """Base class of every method. Subclasses declare their parameters as a nested `Params` dataclass."""
+
+    name: ClassVar[str] = "base"
+    kind: ClassVar[str] = "dense"
+    description: ClassVar[str] = ""
+    # rigl-torch and google-research/rigl skip the optimizer step on a mask-update step; methods that
+    # follow them set this, so the update sees the dense gradient and grown weights stay at zero.
+    update_replaces_step: ClassVar[bool] = False
+
+    @dataclasses.dataclass
+    class Params:
+        pass
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        density: float,
+        total_steps: int,
+        optimizer: dict[str, Any],
+        precision: str = "fp32",
+        seed: int = 0,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        **params: Any,
+    ) -> None:
+        if not 0.0 < density <= 1.0:
+            raise ValueError(f"density must be in (0, 1], got {density}")
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be positive, got {total_steps}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        self.params = self.parse_params(params)
+        self.target_density = float(density)
+        self.total_steps = int(total_steps)
+        self.optimizer_spec = dict(optimizer)
+        self.precision = precision
+        self.seed = int(seed)
+        self.loss_fn = loss_fn or F.cross_entropy
+        self.lr_scheduler: Any = None  # stepped after every optimizer step when set
+        self.step = 0  # optimizer steps taken (topology-update steps included)
+        self.topology_updates = 0
+        self.topology_ms = 0.0
+        self.topology_detail_ms: dict[str, float] = {}
+        self.generator = torch.Generator().manual_seed(self.seed)  # CPU: same draws on every device
+        self._model = model
+        self.device = next(model.parameters()).device
+        self._optimizer = build_optimizer(self.optimizer_spec, model)
+        amp_dtype = PRECISIONS[precision]
+        self._autocast = (
+            (lambda: torch.autocast(self.device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
+        self._update_detail: dict[str, float] | None = None
+
+    # -- parameters ---------------------------------------------------------------------------------
+    @classmethod
+    def param_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls.Params)]
+
+    @classmethod
+    def parse_params(cls, params: dict[str, Any]) -> Any:
+        unknown = sorted(set(params) - set(cls.param_names()))
+        if unknown:
+            allowed = ", ".join(cls.param_names()) or "none"
+            raise TypeError(f"method {cls.name!r}: unknown parameter(s) {unknown} (allowed: {allowed})")
+        return cls.Params(**params)
+
+    # -- the live objects ---------------------------------------------------------------------------
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer
+
+    def prunable(self) -> dict[str, torch.nn.Parameter]:
+        """The weights DST acts on (qkv, proj, fc1, fc2 of every block), by parameter name."""
+        return prunable_weights(self.model)
+
+    def density(self) -> float:
+        """Fraction of prunable weights active now, counted from the tensors."""
+        weights = self.prunable().values()
+        total = sum(w.numel() for w in weights)
+        return sum(int(torch.count_nonzero(w)) for w in weights) / total if total else 1.0
+
+    def method_buffers(self) -> dict[str, torch.Tensor]:
+        """Tensors the method keeps beside parameters and optimizer state (masks, dense-gradient
+        buffers, importance accumulators), counted in the training-state bytes."""
+        return {}
+
+    def result_extras(self) -> dict[str, Any]:
+        """Method-specific fields for the result line (e.g. BARTER's topology history)."""
+        return {}
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def after_backward(self, step: int) -> None:
+        pass
+
+    def before_optimizer_step(self, step: int) -> None:
+        pass
+
+    def after_optimizer_step(self, step: int) -> None:
+        pass
+
+    def update_due(self, step: int) -> bool:
+        return False
+
+    def update_topology(self, step: int) -> None:
+        pass
+
+    @contextmanager
+    def update_phase(self, name: str) -> Iterator[None]:
+        """Label and time a sub-phase of a topology update (`phases.SCORING`, `phases.RESIZE`...)."""
+        with phases.phase(name):
+            start = time.perf_counter()
+            yield
+            synchronize(self.device)
+        if self._update_detail is not None:
+            key = name.rsplit("/", 1)[-1]
+            self._update_detail[key] = self._update_detail.get(key, 0.0) + (time.perf_counter() - start) * 1e3
+
+    # -- training -----------------------------------------------------------------------------------
+    def train_segment(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], steps: int) -> SegmentStats:
+        """Run `steps` training steps from `batches`, with the topology updates that fall due."""
+        self.model.train()
+        iterator = batches if isinstance(batches, Iterator) else iter(batches)
+        updates_before, ms_before = self.topology_updates, self.topology_ms
+        detail_before = dict(self.topology_detail_ms)
+        loss_sum = torch.zeros((), device=self.device)
+        images = 0
+        for _ in range(steps):
+            with phases.phase(phases.DATA):
+                inputs, targets = next(iterator)
+                inputs = inputs.to(self.device, non_blocking=True)
+                targets = targets.to(self.device, non_blocking=True)
+            loss_sum += self.train_step(inputs, targets)
+            images += inputs.shape[0]
+        # The one host-device synchronisation of a segment.
+        loss = (loss_sum / steps).item() if steps else math.nan
+        return SegmentStats(
+            steps=steps,
+            images=images,
+            loss=loss,
+            topology_updates=self.topology_updates - updates_before,
+            topology_ms=self.topology_ms - ms_before,
+            topology_detail_ms={
+                k: v - detail_before.get(k, 0.0) for k, v in self.topology_detail_ms.items()
+            },
+        )
+
+    def forward_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return self.loss_fn(self.model(inputs), targets)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """One optimizer step; returns the detached loss (no host sync)."""
+        step = self.step + 1
+        with phases.phase(phases.FORWARD):
+            loss = self.forward_loss(inputs, targets)
+        with phases.phase(phases.BACKWARD):
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            self.after_backward(step)
+        due = self.update_due(step)
+        if not (due and self.update_replaces_step):
+            with phases.phase(phases.MASKING):
+                self.before_optimizer_step(step)
+            with phases.phase(phases.OPTIMIZER_STEP):
+                if self.scaler:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+                if self.lr_scheduler is not None:
+                    self.lr_scheduler.step()
+            with phases.phase(phases.MASKING):
+                self.after_optimizer_step(step)
+        if due:
+            self._run_update(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step = step
+        return loss.detach().float()
+
+    def _run_update(self, step: int) -> None:
+        # Updates are rare; synchronising around them is what lets their time be reported.
+        synchronize(self.device)
+        self._update_detail = {}
+        start = time.perf_counter()
+        with phases.phase(phases.TOPOLOGY_UPDATE), torch.no_grad():
+            self.update_topology(step)
+        synchronize(self.device)
+        self.topology_ms += (time.perf_counter() - start) * 1e3
+        self.topology_updates += 1
+        for key, ms in self._update_detail.items():
+            self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + ms
+        self._update_detail = None
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training: weights, optimizer state, schedule position."""
+        return {
+            "method": self.name,
+            "step": self.step,
+            "topology_updates": self.topology_updates,
+            "topology_ms": self.topology_ms,
+            "topology_detail_ms": dict(self.topology_detail_ms),
+            "generator": self.generator.get_state(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "extra": self.extra_state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("method") != self.name:
+            raise ValueError(f"checkpoint is of method {state.get('method')!r}, not {self.name!r}")
+        # Shapes first (a compact method resizes itself), then the weights and optimizer state.
+        self.load_extra_state_dict(state.get("extra") or {})
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        if self.lr_scheduler is not None and state.get("lr_scheduler"):
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.step = int(state["step"])
+        self.topology_updates = int(state["topology_updates"])
+        self.topology_ms = float(state["topology_ms"])
+        self.topology_detail_ms = dict(state["topology_detail_ms"])
+        self.generator.set_state(state["generator"])
+
+    def extra_state_dict(self) -> dict[str, Any]:
+        """Method state beyond weights and optimizer (masks, topology, accumulators)."""
+        return {}
+
+    def load_extra_state_dict(self, state: dict[str, Any]) -> None:
+        pass

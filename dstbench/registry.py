@@ -1,0 +1,132 @@
+"""The method registry: methods register where they are defined, third parties through entry points.
+
+    @register_method("rigl", kind="masked")
+    class RigL(MaskedMethod): ...
+
+Built-in methods live in `dstbench.methods` (the repository's `methods/` folder) and are imported
+on first use; packages that declare the entry-point group `dstbench.methods` are loaded then too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import pkgutil
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from dstbench.method import Method
+
+KINDS = ("dense", "masked", "compact")
+ENTRY_POINT_GROUP = "dstbench.methods"
+
+M = TypeVar("M", bound="type[Method]")
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    kind: str
+    description: str
+    cls: type
+    module: str
+
+
+_REGISTRY: dict[str, MethodInfo] = {}
+_loaded = False
+
+
+def register_method(name: str, *, kind: str, description: str | None = None) -> Callable[[M], M]:
+    """Class decorator that registers a `Method` subclass under `name`.
+
+    The description defaults to the first line of the class docstring.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"method {name!r}: kind must be one of {KINDS}, got {kind!r}")
+
+    def decorator(cls: M) -> M:
+        doc = (cls.__doc__ or "").strip().splitlines()
+        info = MethodInfo(
+            name=name,
+            kind=kind,
+            description=description or (doc[0] if doc else ""),
+            cls=cls,
+            module=cls.__module__,
+        )
+        previous = _REGISTRY.get(name)
+        if previous is not None and previous.cls.__qualname__ != cls.__qualname__:
+            raise ValueError(f"method {name!r} is already registered by {previous.module}")
+        _REGISTRY[name] = info
+        cls.name = name
+        cls.kind = kind
+        cls.description = info.description
+        return cls
+
+    return decorator
+
+
+def _import_builtins() -> None:
+    import dstbench.methods as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def _import_entry_points() -> None:
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry_point.load()
+        except Exception as exc:  # a broken plugin must not take the built-ins down with it
+            warnings.warn(f"dstbench: could not load method plugin {entry_point.value!r}: {exc}")
+            continue
+        # An entry point may name a module (whose decorators register) or an unregistered class.
+        if isinstance(loaded, type) and entry_point.name not in _REGISTRY:
+            register_method(entry_point.name, kind=getattr(loaded, "kind", "masked"))(loaded)
+
+
+def ensure_loaded() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        _import_builtins()
+        _import_entry_points()
+
+
+def import_plugins(modules: list[str]) -> None:
+    """Import modules named in a suite's `plugins` so their decorators register methods."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def list_methods() -> list[str]:
+    """Names of every registered method, sorted."""
+    ensure_loaded()
+    return sorted(_REGISTRY)
+
+
+def method_info(name: str) -> MethodInfo:
+    ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown method {name!r} (registered: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def create_method(
+    name: str,
+    model: torch.nn.Module,
+    *,
+    density: float,
+    total_steps: int,
+    optimizer: dict[str, Any],
+    **params: Any,
+) -> Method:
+    """Build the method `name` around `model`; the method owns the model and its optimizer."""
+    return method_info(name).cls(
+        model, density=density, total_steps=total_steps, optimizer=optimizer, **params
+    )

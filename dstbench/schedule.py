@@ -1,0 +1,47 @@
+"""When topology updates happen and how much they change: RigL's cosine-decayed schedule.
+
+Shared by the masked methods and BARTER. Steps are 1-based: step t is the t-th optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    """An update every `delta_t` steps while `t <= t_end_step`; replaced fraction decays by cosine.
+
+    `t_end` is a fraction of `total_steps` when <= 1, otherwise an absolute step.
+    """
+
+    delta_t: int
+    t_end: float
+    drop_fraction: float
+    total_steps: int
+
+    def __post_init__(self) -> None:
+        if self.delta_t <= 0:
+            raise ValueError(f"delta_t must be positive, got {self.delta_t}")
+        if not 0.0 <= self.drop_fraction <= 1.0:
+            raise ValueError(f"drop_fraction must be in [0, 1], got {self.drop_fraction}")
+        if self.t_end < 0:
+            raise ValueError(f"t_end must be >= 0, got {self.t_end}")
+
+    @property
+    def t_end_step(self) -> int:
+        return int(self.t_end * self.total_steps) if self.t_end <= 1 else int(self.t_end)
+
+    def is_update_step(self, step: int) -> bool:
+        return step > 0 and step % self.delta_t == 0 and step <= self.t_end_step
+
+    def fraction(self, step: int) -> float:
+        """The fraction of active units replaced at `step`: drop_fraction * (1 + cos(pi t / t_end)) / 2."""
+        t_end = max(self.t_end_step, 1)
+        return self.drop_fraction * (1.0 + math.cos(math.pi * min(step, t_end) / t_end)) / 2.0
+
+    def update_steps(self, total_steps: int | None = None) -> list[int]:
+        """Every step at which an update falls due within `total_steps` (default: the schedule's)."""
+        last = min(total_steps if total_steps is not None else self.total_steps, self.t_end_step)
+        return list(range(self.delta_t, last + 1, self.delta_t))

@@ -1,0 +1,1 @@
+"""Masked (full-tensor) DST: masks, layer distributions, prune and grow scorers."""

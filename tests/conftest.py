@@ -1,0 +1,62 @@
+"""Shared fixtures: micro ViTs (embed 64, depth 2: a few ms per step) and micro suites."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterator
+
+import pytest
+import torch
+
+from dstbench.vit import create_vit
+
+MICRO_MODEL: dict[str, Any] = {
+    "name": "vit_tiny_patch16_224",
+    "img_size": 32,
+    "patch_size": 8,
+    "num_classes": 10,
+    "embed_dim": 64,
+    "depth": 2,
+    "num_heads": 4,
+}
+
+
+def micro_vit(seed: int = 0, **overrides: Any) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    spec = {**MICRO_MODEL, **overrides}
+    name = spec.pop("name")
+    return create_vit(name, **spec)
+
+
+def micro_batches(batch_size: int = 8, num_classes: int = 10, seed: int = 0, img_size: int = 32) -> Iterator:
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        yield (
+            torch.randn(batch_size, 3, img_size, img_size, generator=generator),
+            torch.randint(0, num_classes, (batch_size,), generator=generator),
+        )
+
+
+def micro_suite(**overrides: Any) -> dict[str, Any]:
+    """A suite dict that runs in about a second per case, in-process by default."""
+    suite: dict[str, Any] = {
+        "name": "micro",
+        "device": "cpu",
+        "model": dict(MICRO_MODEL),
+        "batch_size": 8,
+        "timing": {"warmup_steps": 2, "segment_steps": 3, "segments": 3},
+        "methods": ["dense"],
+        "densities": [0.5],
+        "launcher": {"name": "inprocess"},
+    }
+    suite.update(copy.deepcopy(overrides))
+    return suite
+
+
+ADAMW = {"name": "adamw", "lr": 1e-3, "weight_decay": 0.05}
+SGD = {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0}
+
+
+@pytest.fixture
+def vit() -> torch.nn.Module:
+    return micro_vit()
