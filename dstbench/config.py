@@ -135,7 +135,11 @@ class LauncherConfig(Strict):
 class ProfileConfig(Strict):
     enabled: bool = True
     steps: PositiveInt = 3  # profiled steps; the topology update falls on the last one
-    memory_snapshot: bool = True
+    memory_snapshot: bool = True  # CUDA only: allocator history for PyTorch's memory viewer
+    # How far past the timed segments the profile may train to reach the next scheduled update;
+    # beyond it (or past the schedule's end) the update is forced on the last profiled step.
+    max_advance_steps: int = Field(500, ge=0)
+    top_ops: PositiveInt = 15  # operators kept in the result line, by self time
 
 
 class SuiteConfig(Strict):
@@ -154,16 +158,21 @@ class SuiteConfig(Strict):
     accuracy: AccuracyConfig = AccuracyConfig()
     methods: list[MethodSpec] = Field(min_length=1)  # a bare name is allowed
     densities: list[float] = Field(min_length=1)
-    reference: str = "dense"
+    reference: str = "dense"  # default: dense when the suite runs it, else the first method
     launcher: LauncherConfig = LauncherConfig()
     profile: ProfileConfig = ProfileConfig(enabled=False)  # `true` is allowed
     expect: list[Expectation] = []
 
     @model_validator(mode="before")
     @classmethod
-    def _import_plugins(cls, data: Any) -> Any:
+    def _import_plugins_and_default_reference(cls, data: Any) -> Any:
         if isinstance(data, dict):
             registry.import_plugins(list(data.get("plugins") or []))
+            methods = data.get("methods")
+            if "reference" not in data and isinstance(methods, list) and methods:
+                keys = [m if isinstance(m, str) else (m.get("label") or m.get("name")) for m in methods if isinstance(m, (str, dict))]
+                if keys and "dense" not in keys:
+                    data = {**data, "reference": keys[0]}
         return data
 
     @field_validator("methods", mode="before")

@@ -14,6 +14,7 @@ the same labels without writing profiler code:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -272,7 +273,8 @@ class Method:
         # Shapes first (a compact method resizes itself), then the weights and optimizer state.
         self.load_extra_state_dict(state.get("extra") or {})
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # torch may keep the given state tensors as they are; a copy keeps two live methods apart.
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         if self.lr_scheduler is not None and state.get("lr_scheduler"):

@@ -1,0 +1,53 @@
+"""Methods that fail on purpose, for the launcher and runner tests. Suites load them with
+`plugins: [tests.launchers.fault_methods]`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from typing import Any
+
+import torch
+
+from dstbench.method import Method
+from dstbench.registry import register_method
+
+PLUGIN = __name__
+
+
+@register_method("fault_oom", kind="masked")
+class FaultOOM(Method):
+    """Raises the error a CUDA allocator raises when memory runs out."""
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+@register_method("fault_error", kind="masked")
+class FaultError(Method):
+    """Raises an ordinary exception during training."""
+
+    @dataclasses.dataclass
+    class Params:
+        message: str = "injected failure"
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        raise ValueError(self.params.message)
+
+
+@register_method("fault_crash", kind="masked")
+class FaultCrash(Method):
+    """Kills its own process, as a segfault in a kernel would."""
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@register_method("fault_hang", kind="masked")
+class FaultHang(Method):
+    """Never finishes its segment."""
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        time.sleep(3600)

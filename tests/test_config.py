@@ -1,0 +1,126 @@
+"""Suite validation: everything wrong is reported before any case runs, naming file and key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from dstbench.config import MethodSpec, SuiteError, load_suite, parse_suite
+from tests.conftest import micro_suite
+
+
+def problems(data: dict) -> list[tuple[str, str]]:
+    with pytest.raises(SuiteError) as info:
+        parse_suite(data, "s.yaml")
+    return info.value.problems
+
+
+def test_valid_suite_fills_defaults_and_bare_names() -> None:
+    suite = parse_suite(micro_suite(), "s.yaml")
+    assert suite.methods == [MethodSpec(name="dense")]
+    assert suite.optimizer.name == "adamw" and suite.precision == "fp32"
+    assert suite.model.kwargs["embed_dim"] == 64
+    assert not suite.profile.enabled
+
+
+def test_unknown_top_level_key_lists_allowed_keys() -> None:
+    [(key, message)] = problems(micro_suite(segmnets=3))
+    assert key == "segmnets"
+    assert "unknown key" in message and "timing" in message and "densities" in message
+
+
+def test_unknown_nested_key_names_its_path() -> None:
+    [(key, message)] = problems(micro_suite(timing={"segment_steps": 3, "segmnts": 2}))
+    assert key == "timing.segmnts"
+    assert "segments" in message and "warmup_steps" in message
+
+
+def test_unknown_method_lists_registered_ones() -> None:
+    [(key, message)] = problems(micro_suite(methods=["dense", "nosuch"]))
+    assert key == "methods"
+    assert "nosuch" in message and "dense" in message
+
+
+def test_unknown_method_parameter_is_rejected() -> None:
+    [(key, message)] = problems(micro_suite(methods=[{"name": "dense", "params": {"delta_t": 5}}]))
+    assert key == "methods" and "delta_t" in message
+
+
+def test_same_method_twice_needs_labels() -> None:
+    assert problems(micro_suite(methods=["dense", "dense"]))[0][0] == "methods"
+    suite = parse_suite(micro_suite(methods=["dense", {"name": "dense", "label": "dense2"}]))
+    assert [m.key for m in suite.methods] == ["dense", "dense2"]
+
+
+@pytest.mark.parametrize(
+    "model, fragment",
+    [
+        ({"name": "no_such_model"}, "unknown timm model"),
+        ({"name": "resnet18"}, "not a timm VisionTransformer"),
+        ({"name": "vit_tiny_patch16_224", "embed_dimension": 64}, "cannot build model"),
+        ({"name": "vit_tiny_patch16_224", "pretrained": True}, "pretrained"),
+    ],
+)
+def test_bad_models_are_rejected(model: dict, fragment: str) -> None:
+    [(key, message)] = problems(micro_suite(model=model))
+    assert key == "model" and fragment in message
+
+
+@pytest.mark.parametrize("density", [0.0, -0.1, 1.5])
+def test_density_outside_unit_interval(density: float) -> None:
+    [(key, message)] = problems(micro_suite(densities=[0.5, density]))
+    assert key == "densities" and "outside (0, 1]" in message
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"timing": {"segments": 0}}, "timing.segments"),
+        ({"timing": {"segment_steps": -2}}, "timing.segment_steps"),
+        ({"timing": {"warmup_steps": 0}}, "timing.warmup_steps"),
+        ({"optimizer": {"name": "adamw", "lr": 0}}, "optimizer.lr"),
+        ({"densities": []}, "densities"),
+        ({"precision": "fp8"}, "precision"),
+        ({"device": "tpu"}, "device"),
+    ],
+)
+def test_non_positive_counts_and_bad_choices(overrides: dict, key: str) -> None:
+    assert key in [k for k, _ in problems(micro_suite(**overrides))]
+
+
+def test_literal_errors_say_what_is_allowed() -> None:
+    [(_, message)] = problems(micro_suite(precision="fp8"))
+    assert "'fp8'" in message and "bf16" in message
+
+
+def test_reference_must_be_a_listed_method() -> None:
+    [(key, message)] = problems(micro_suite(reference="rigl"))
+    assert "reference 'rigl'" in message
+
+
+def test_several_problems_are_reported_together() -> None:
+    found = problems(micro_suite(batch_size=0, densities=[2.0], colour="red"))
+    assert {k for k, _ in found} == {"batch_size", "densities", "colour"}
+
+
+def test_load_suite_reports_file_and_yaml_errors(tmp_path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert str(path) in str(info.value) and "YAML" in str(info.value)
+    with pytest.raises(SuiteError, match="cannot read"):
+        load_suite(tmp_path / "missing.yaml")
+
+
+def test_overrides_replace_top_level_keys(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(micro_suite(device="cuda")))
+    assert load_suite(path, {"device": "cpu"}).device == "cpu"
+
+
+def test_setup_hash_ignores_methods_and_names_but_not_settings() -> None:
+    base = parse_suite(micro_suite()).setup_hash()
+    assert parse_suite(micro_suite(name="other", densities=[0.1])).setup_hash() == base
+    assert parse_suite(micro_suite(batch_size=9)).setup_hash() != base
