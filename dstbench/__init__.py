@@ -5,11 +5,31 @@ Stable Python API:
     list_methods() -> list[str]
     create_method(name, model, *, density, total_steps, optimizer, **params) -> Method
     register_method(name, kind=...)  class decorator for new methods
+    Method, SegmentStats             the base class every method derives from, and what a segment returns
+
+The names load on first use, so commands that only read results (report, compare) never import torch.
 """
 
-from dstbench.method import Method, SegmentStats
-from dstbench.registry import create_method, list_methods, method_info, register_method
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Method", "SegmentStats", "create_method", "list_methods", "method_info", "register_method", "__version__"]
+_API = {
+    "Method": "dstbench.method",
+    "SegmentStats": "dstbench.method",
+    "create_method": "dstbench.registry",
+    "list_methods": "dstbench.registry",
+    "method_info": "dstbench.registry",
+    "register_method": "dstbench.registry",
+}
+
+__all__ = [*_API, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'dstbench' has no attribute {name!r}")

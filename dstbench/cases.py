@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dstbench import registry
-from dstbench.config import SuiteConfig
+
+if TYPE_CHECKING:  # importing config builds a model on first import: keep `case_id` light for compare
+    from dstbench.config import SuiteConfig
+
+
+def case_id(method: str, density: float) -> str:
+    """How a case is named everywhere (result lines, gates, reports): `label@density`, e.g. `rigl@0.1`."""
+    return f"{method}@{float(density):g}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +26,7 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        return f"{self.method}@{self.density:g}"
+        return case_id(self.method, self.density)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

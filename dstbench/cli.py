@@ -4,12 +4,14 @@ input (invalid suite, missing files), 130 interrupted."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from dstbench.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from dstbench.rundir import RESULTS_FILE, RunDirError, require_results
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -25,15 +27,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def print_run_summary(run_dir: Path, console: Console) -> int:
     """The end-of-run table and the suite's expectations; 1 if an expectation failed."""
     from dstbench.gates.expect import check_run, describe
+    from dstbench.report.cli import choose_reference
     from dstbench.report.derive import derive, load_frame
     from dstbench.report.tables import summary_table
 
     suite, outcomes = check_run(run_dir)
     frame = load_frame([run_dir])
-    print(summary_table(derive(frame, suite.reference), suite.reference))
-    print(f"\nresults: {run_dir / 'results.jsonl'}")
+    if frame.empty:
+        print("(no results)")
+    else:
+        # The reference as `dstbench report` picks it, so the two tables always agree.
+        reference, _ = choose_reference(frame, [str(run_dir)], None)
+        print(summary_table(derive(frame, reference), reference))
+    print(f"\nresults: {run_dir / RESULTS_FILE}")
     for outcome in outcomes:
-        console.print(describe(outcome, suite.reference), style=None if outcome.passed else "red", highlight=False)
+        # soft_wrap: one line per expectation however narrow the terminal, so CI logs stay grep-able.
+        console.print(
+            describe(outcome, suite.reference), style=None if outcome.passed else "red", highlight=False, markup=False, soft_wrap=True
+        )
     failed = [o for o in outcomes if not o.passed]
     if failed:
         console.print(f"{len(failed)} of {len(outcomes)} expectations failed", style="red")
@@ -45,23 +56,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dstbench.config import SuiteError
     from dstbench.run import run_suite
 
-    console = Console(stderr=True)
+    # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
+    console = Console(stderr=True, soft_wrap=True)
     try:
         run_dir = run_suite(
-            args.suite, out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density
+            args.suite, out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
+            console=console,
         )
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
-    return print_run_summary(run_dir, console)
+    code = print_run_summary(run_dir, console)
+    if (args.html or args.markdown) and (run_dir / RESULTS_FILE).exists():
+        # The report of this run, written whatever its gates said: a failed gate is worth reading.
+        from dstbench.report.cli import main as report_main
+
+        report = argparse.Namespace(run_dirs=[run_dir], html=args.html, markdown=args.markdown, reference=None)
+        code = max(code, report_main(report))
+    return code
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from dstbench.config import SuiteError
 
-    console = Console(stderr=True)
-    if not (Path(args.run_dir) / "results.jsonl").exists():
-        console.print(f"{args.run_dir}: no results.jsonl", style="red")
+    console = Console(stderr=True, soft_wrap=True)
+    try:
+        require_results([args.run_dir])
+    except RunDirError as exc:
+        console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     try:
         return print_run_summary(Path(args.run_dir), console)
@@ -99,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--only", nargs="+", metavar="METHOD", help="run only these methods")
     p.add_argument("--density", nargs="+", type=float, metavar="D", help="run only these densities")
+    p.add_argument("--html", metavar="FILE", help="also write the run's HTML report (as `dstbench report --html`)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the run's Markdown report")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("check", help="check a run against its suite's expectations")
@@ -144,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before anything imports torch, whose OpenMP runtime reads it once: idle OpenMP threads that
+    # spin instead of sleeping make steps 5-20x slower whenever another process shares the cores
+    # (a CI runner, a second case), and sleeping costs nothing measurable on a quiet machine.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
-from pydantic import field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from dstbench import registry
 
@@ -32,6 +33,11 @@ METRICS = (
 )
 
 
+def _check_files(info: ValidationInfo) -> bool:
+    """Whether validation may read the filesystem (see `parse_suite`)."""
+    return bool((info.context or {}).get("check_files", True))
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,6 +52,13 @@ class ModelConfig(BaseModel):
     @property
     def kwargs(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint_exists(cls, checkpoint: str | None, info: ValidationInfo) -> str | None:
+        if checkpoint is not None and _check_files(info) and not Path(checkpoint).expanduser().is_file():
+            raise ValueError(f"{checkpoint}: no such file")
+        return checkpoint
 
     @model_validator(mode="after")
     def _buildable(self) -> "ModelConfig":
@@ -68,11 +81,26 @@ class AugmentConfig(Strict):
 
 
 class DataConfig(Strict):
+    """A dataset (see `dstbench.data`). `root` is read relative to the working directory."""
+
     name: Literal[DATASETS] = "synthetic"  # type: ignore[valid-type]
-    root: str | None = None
-    download: bool = False
+    download: bool = False  # cifar10/cifar100 only: fetch into `root` when it is not there
+    root: str | None = Field(None, validate_default=True)
     num_workers: int = Field(2, ge=0)
     augment: AugmentConfig = AugmentConfig()
+
+    @field_validator("root")
+    @classmethod
+    def _root_holds_dataset(cls, root: str | None, info: ValidationInfo) -> str | None:
+        # Runs for the default too (validate_default), so a missing `root` is reported here.
+        if "name" not in info.data:
+            return root  # the name itself was invalid and is reported on its own
+        from dstbench.data.catalog import check_root
+
+        problem = check_root(info.data["name"], root, bool(info.data.get("download")), _check_files(info))
+        if problem:
+            raise ValueError(problem)
+        return root
 
 
 class OptimizerConfig(Strict):
@@ -92,6 +120,11 @@ class TimingConfig(Strict):
     # step the case runs, warmup included.
     total_steps: PositiveInt | None = None
 
+    @property
+    def schedule_steps(self) -> int:
+        """The `total_steps` a speed case's method is built with."""
+        return self.total_steps or self.warmup_steps + self.segments * self.segment_steps
+
 
 class MethodSpec(Strict):
     name: str
@@ -104,13 +137,20 @@ class MethodSpec(Strict):
 
 
 class Expectation(Strict):
+    """One gate of `expect:` (see `dstbench.gates.expect`). What it names is checked against the
+    suite in `SuiteConfig._expectations_fit_suite`, before any case runs."""
+
     metric: Literal[METRICS]  # type: ignore[valid-type]
-    method: str = "*"
-    vs: str | None = None  # default: the suite's reference
+    method: str = "*"  # a label or a glob over labels
+    vs: str | None = None  # default: the suite's reference (dense for top1_drop)
     density: float | None = None  # default: every density
     min: float | None = None
     max: float | None = None
-    tolerance: float | None = Field(None, ge=0)
+    tolerance: float | None = Field(None, ge=0)  # density_achieved only
+
+    @property
+    def is_glob(self) -> bool:
+        return any(ch in self.method for ch in "*?[")
 
 
 class AccuracyConfig(Strict):
@@ -120,6 +160,9 @@ class AccuracyConfig(Strict):
     eval_every: PositiveInt = 1
     eval_batch_size: PositiveInt = 256
     checkpoint_every: int = Field(0, ge=0)  # epochs; 0: no checkpoints
+    # Keep a case's last checkpoint (its trained state) after it finishes; by default it is deleted
+    # once the case has its result, since a ViT-Small checkpoint with AdamW state is ~260 MB.
+    keep_checkpoint: bool = False
 
 
 class LauncherConfig(Strict):
@@ -153,6 +196,9 @@ class SuiteConfig(Strict):
     batch_size: PositiveInt = 64
     optimizer: OptimizerConfig = OptimizerConfig()
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # norm1+qkv and norm2+fc1 of every ViT block as one op that keeps only the norm's input for
+    # backward (dstbench.fused); a harness option, applied to every method alike.
+    fuse_norms: bool = False
     mode: Literal["speed", "accuracy", "both"] = "speed"
     timing: TimingConfig = TimingConfig()
     accuracy: AccuracyConfig = AccuracyConfig()
@@ -216,10 +262,64 @@ class SuiteConfig(Strict):
         return densities
 
     @model_validator(mode="after")
+    def _data_fits_model(self, info: ValidationInfo) -> "SuiteConfig":
+        """Cross-checks of `data` against `mode`, `model` and `batch_size`; each message starts
+        with the key to change."""
+        from dstbench.data.catalog import CATALOG, dataset_classes
+
+        data = self.data
+        if data.name == "synthetic":
+            if self.mode != "speed":
+                raise ValueError(f"data.name: synthetic data has no test split; mode {self.mode!r} needs a real dataset")
+            return self
+        dataset = CATALOG[data.name]
+        kwargs = self.model.kwargs
+        classes = dataset_classes(data.name, data.root, read_folder=_check_files(info))
+        model_classes = kwargs.get("num_classes", 1000)  # timm's ViT default
+        if classes is not None and model_classes != classes:
+            raise ValueError(f"model.num_classes: is {model_classes}, but {data.name} has {classes} classes")
+        channels = kwargs.get("in_chans", 3)
+        if channels not in (1, 3) or (channels == 1 and dataset.channels != 1):
+            allowed = "1 (as stored) or 3 (repeated)" if dataset.channels == 1 else "3"
+            raise ValueError(f"model.in_chans: is {channels}; {data.name} images feed in_chans {allowed}")
+        if (data.augment.mixup > 0 or data.augment.cutmix > 0) and self.batch_size % 2:
+            raise ValueError(f"batch_size: mixup and cutmix pair images within a batch; {self.batch_size} is odd")
+        return self
+
+    @model_validator(mode="after")
     def _reference_is_run(self) -> "SuiteConfig":
         keys = {m.key for m in self.methods}
         if self.reference not in keys:
             raise ValueError(f"reference {self.reference!r} is not among the methods ({', '.join(sorted(keys))})")
+        return self
+
+    @model_validator(mode="after")
+    def _expectations_fit_suite(self) -> "SuiteConfig":
+        """What each expectation names must exist in the suite, so a typo fails before the run
+        instead of as a failed gate after it. Messages start with the key to change."""
+        keys = [m.key for m in self.methods]
+        has_dense = any(registry.method_info(m.name).kind == "dense" for m in self.methods)
+        allowed_densities = sorted(set(self.densities) | ({1.0} if has_dense else set()))
+        for index, exp in enumerate(self.expect):
+            where = f"expect.{index}"
+            if exp.metric != "density_achieved":
+                if exp.tolerance is not None:
+                    raise ValueError(f"{where}.tolerance: only for metric density_achieved, not {exp.metric}")
+                if exp.min is None and exp.max is None:
+                    # Without bounds the expectation could never fail.
+                    raise ValueError(f"{where}: metric {exp.metric} needs `min` and/or `max`")
+            if not exp.is_glob and exp.method not in keys:
+                raise ValueError(f"{where}.method: {exp.method!r} is not a method of the suite ({', '.join(keys)})")
+            if exp.vs is not None and exp.vs not in keys:
+                raise ValueError(f"{where}.vs: {exp.vs!r} is not a method of the suite ({', '.join(keys)})")
+            if exp.metric == "top1_drop" and exp.vs is None and "dense" not in keys:
+                raise ValueError(f"{where}.vs: top1_drop compares with dense by default, which the suite does not run; name `vs`")
+            if exp.density is not None:
+                if not 0.0 < exp.density <= 1.0:
+                    raise ValueError(f"{where}.density: {exp.density:g} is outside (0, 1]")
+                if not any(math.isclose(exp.density, d) for d in allowed_densities):
+                    listed = ", ".join(f"{d:g}" for d in allowed_densities)
+                    raise ValueError(f"{where}.density: the suite runs no case at {exp.density:g} (densities: {listed})")
         return self
 
     def setup_hash(self) -> str:
@@ -228,7 +328,7 @@ class SuiteConfig(Strict):
         Two runs whose cases share this hash (and method, params, density) can be compared.
         """
         measured = self.model_dump(
-            mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "mode", "timing", "accuracy"}
+            mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "fuse_norms", "mode", "timing", "accuracy"}
         )
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -278,11 +378,13 @@ def _format(error: dict[str, Any]) -> tuple[str, str]:
     return key, message
 
 
-def parse_suite(data: Any, path: str = "<suite>") -> SuiteConfig:
+def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -> SuiteConfig:
+    """Validate a suite. `check_files=False` skips what reads the filesystem (dataset folders,
+    `model.checkpoint`): a run folder's record of its suite stays readable where the data is not."""
     if not isinstance(data, dict):
         raise SuiteError(path, [("", "a suite must be a YAML mapping")])
     try:
-        return SuiteConfig.model_validate(data)
+        return SuiteConfig.model_validate(data, context={"check_files": check_files})
     except ValidationError as exc:
         problems = list(dict.fromkeys(_format(e) for e in exc.errors()))
         raise SuiteError(path, problems) from None
@@ -290,9 +392,17 @@ def parse_suite(data: Any, path: str = "<suite>") -> SuiteConfig:
         raise SuiteError(path, [("plugins", f"cannot import: {exc}")]) from None
 
 
-def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> SuiteConfig:
-    """Read and validate a suite file; `overrides` replace top-level keys (e.g. `--device`)."""
+def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, check_files: bool | None = None) -> SuiteConfig:
+    """Read and validate a suite file; `overrides` replace top-level keys (e.g. `--device`).
+
+    `check_files` defaults to True except for the `suite.yaml` a run folder keeps (a `run.json`
+    beside it): checking or reporting a finished run must not need its dataset at hand.
+    """
+    from dstbench.rundir import is_stored_suite
+
     path = Path(path)
+    if check_files is None:
+        check_files = not is_stored_suite(path)
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -301,4 +411,4 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> Sui
         raise SuiteError(str(path), [("", f"not valid YAML: {exc}")]) from None
     if overrides and isinstance(data, dict):
         data = {**data, **overrides}
-    return parse_suite(data, str(path))
+    return parse_suite(data, str(path), check_files=check_files)

@@ -53,23 +53,37 @@ def _version(module: str) -> str | None:
         return None
 
 
-def static_env(device: torch.device) -> dict[str, Any]:
-    """What does not change during a case."""
-    env: dict[str, Any] = {
-        "device_type": device.type,
-        "device_name": platform.machine(),
+def host_env() -> dict[str, Any]:
+    """What the machine and the software are, without touching an accelerator: safe in a launcher's
+    parent process, where initialising CUDA would hold GPU memory during every case."""
+    return {
         "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
         "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
         "timm": _version("timm"),
         "dstbench": _version("dstbench"),
         "cpu_model": _cpu_model(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        # OpenMP's waiting policy and thread count change CPU step times severalfold on shared cores.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
         "platform": platform.platform(),
+        "hostname": platform.node(),
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "driver": None,
         **git_state(),
+    }
+
+
+def static_env(device: torch.device) -> dict[str, Any]:
+    """What does not change during a case: `host_env` plus the device's own record."""
+    env: dict[str, Any] = {
+        "device_type": device.type,
+        "device_name": platform.machine(),
+        **host_env(),
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
     }
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -79,6 +93,8 @@ def static_env(device: torch.device) -> dict[str, Any]:
             device_memory_bytes=props.total_memory,
             compute_capability=f"{props.major}.{props.minor}",
             driver=nvml.driver_version(),
+            # Where NVML finds this GPU; a launcher's parent reads its clocks there without CUDA.
+            nvml_index=nvml.index_of(device),
         )
     elif device.type == "cpu":
         env["device_name"] = env["cpu_model"]
@@ -91,4 +107,4 @@ def gpu_snapshot(device: torch.device) -> dict[str, Any] | None:
     """Clocks, temperature, power limit and throttle reasons now (None without a GPU or NVML)."""
     if device.type != "cuda":
         return None
-    return nvml.snapshot(device.index if device.index is not None else torch.cuda.current_device())
+    return nvml.snapshot(nvml.index_of(device))

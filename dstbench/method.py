@@ -8,8 +8,22 @@ the same labels without writing profiler code:
     after_backward(step)         statistics from the backward pass (BARTER's importance)
     before_optimizer_step(step)  e.g. mask gradients              [phase: masking]
     after_optimizer_step(step)   e.g. mask weights and state      [phase: masking]
-    update_due(step) -> bool     whether a topology update falls due at this step
+    update_due(step) -> bool     whether a topology update falls due at this step (default: by
+                                 `self.schedule`, an `UpdateSchedule`, when the method sets one)
     update_topology(step)        the update itself                [phase: topology_update]
+
+Distributed (when `torch.distributed` is initialised, e.g. under torchrun): the base class wraps
+`model` in DistributedDataParallel at the first segment and `forward_loss` runs through that
+wrapper (`forward_module`), so gradients arrive averaged over ranks; `model` and `optimizer` stay
+the plain, live objects. Before each topology update every rank takes rank 0's generator state,
+so random draws agree; after it, a wrapper whose parameters are no longer the model's (a resize
+replaced them) is rebuilt, and the rebuild counts as part of the update. A method whose forward
+leaves some parameters unused names them in `ddp_ignored_parameters`. In a plain process none of
+this runs: the per-step path is the same.
+
+Harness-level options every method receives alike: `precision` (autocast, with a loss scaler for
+fp16) and `fuse_norms` (norm1+qkv and norm2+fc1 of every timm block run as one op that keeps only
+the norm's input for backward; see `dstbench.fused`).
 """
 
 from __future__ import annotations
@@ -25,8 +39,10 @@ from typing import Any, Callable, ClassVar
 import torch
 import torch.nn.functional as F
 
-from dstbench import phases
+from dstbench import distributed, phases
+from dstbench.fused import fuse_block_norms
 from dstbench.optim import build_optimizer
+from dstbench.schedule import UpdateSchedule
 from dstbench.vit import prunable_weights
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -61,6 +77,8 @@ class Method:
     # rigl-torch and google-research/rigl skip the optimizer step on a mask-update step; methods that
     # follow them set this, so the update sees the dense gradient and grown weights stay at zero.
     update_replaces_step: ClassVar[bool] = False
+    # When set (in `__init__`), `update_due` follows it.
+    schedule: UpdateSchedule | None = None
 
     @dataclasses.dataclass
     class Params:
@@ -74,6 +92,7 @@ class Method:
         total_steps: int,
         optimizer: dict[str, Any],
         precision: str = "fp32",
+        fuse_norms: bool = False,
         seed: int = 0,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         **params: Any,
@@ -89,15 +108,19 @@ class Method:
         self.total_steps = int(total_steps)
         self.optimizer_spec = dict(optimizer)
         self.precision = precision
+        self.fuse_norms = bool(fuse_norms)
         self.seed = int(seed)
         self.loss_fn = loss_fn or F.cross_entropy
-        self.lr_scheduler: Any = None  # stepped after every optimizer step when set
+        self.lr_scheduler: Any = None  # stepped once per training step when set
         self.step = 0  # optimizer steps taken (topology-update steps included)
         self.topology_updates = 0
         self.topology_ms = 0.0
         self.topology_detail_ms: dict[str, float] = {}
         self.generator = torch.Generator().manual_seed(self.seed)  # CPU: same draws on every device
         self._model = model
+        if self.fuse_norms:
+            # Same Parameters, same names: only the blocks' forward changes.
+            fuse_block_norms(model)
         self.device = next(model.parameters()).device
         self._optimizer = build_optimizer(self.optimizer_spec, model)
         amp_dtype = PRECISIONS[precision]
@@ -105,7 +128,11 @@ class Method:
             (lambda: torch.autocast(self.device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
         )
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
-        self._update_detail: dict[str, float] | None = None
+        # (sub-phase, start, end) marks of the update in progress; resolved once it has ended.
+        self._update_marks: list[tuple[str, Any, Any]] | None = None
+        self.distributed = distributed.is_distributed()
+        self._ddp: torch.nn.Module | None = None
+        self._ddp_params: tuple[torch.nn.Parameter, ...] = ()
 
     # -- parameters ---------------------------------------------------------------------------------
     @classmethod
@@ -129,6 +156,11 @@ class Method:
     def optimizer(self) -> torch.optim.Optimizer:
         return self._optimizer
 
+    @property
+    def forward_module(self) -> torch.nn.Module:
+        """What the training forward calls: the DDP wrapper of `model` when distributed, else `model`."""
+        return self._model if self._ddp is None else self._ddp
+
     def prunable(self) -> dict[str, torch.nn.Parameter]:
         """The weights DST acts on (qkv, proj, fc1, fc2 of every block), by parameter name."""
         return prunable_weights(self.model)
@@ -148,6 +180,11 @@ class Method:
         """Method-specific fields for the result line (e.g. BARTER's topology history)."""
         return {}
 
+    def ddp_ignored_parameters(self) -> set[str]:
+        """Names of parameters the training forward does not use now, which DDP must therefore not
+        wait for. Default: the empty ones (nothing to synchronise); BARTER adds its empty branches."""
+        return {name for name, p in self.model.named_parameters() if p.numel() == 0}
+
     # -- hooks --------------------------------------------------------------------------------------
     def after_backward(self, step: int) -> None:
         pass
@@ -159,26 +196,47 @@ class Method:
         pass
 
     def update_due(self, step: int) -> bool:
-        return False
+        return self.schedule is not None and self.schedule.is_update_step(step)
 
     def update_topology(self, step: int) -> None:
         pass
 
     @contextmanager
     def update_phase(self, name: str) -> Iterator[None]:
-        """Label and time a sub-phase of a topology update (`phases.SCORING`, `phases.RESIZE`...)."""
+        """Label and time a sub-phase of a topology update (`phases.SCORING`, `phases.RESIZE`...).
+
+        No synchronisation per sub-phase: on CUDA each is bracketed by two timing events, on the CPU
+        (synchronous) by the host clock, and the times are read once the update has ended and been
+        synchronised as a whole. So a method may open a sub-phase per layer and still pay one sync
+        per update, not two per layer."""
         with phases.phase(name):
-            start = time.perf_counter()
+            start = self._clock()
             yield
-            synchronize(self.device)
-        if self._update_detail is not None:
-            key = name.rsplit("/", 1)[-1]
-            self._update_detail[key] = self._update_detail.get(key, 0.0) + (time.perf_counter() - start) * 1e3
+            end = self._clock()
+        if self._update_marks is not None:
+            self._update_marks.append((name.rsplit("/", 1)[-1], start, end))
+
+    def _clock(self) -> Any:
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        if self.device.type != "cpu":
+            synchronize(self.device)  # a device without timing events here: sync instead
+        return time.perf_counter()
+
+    @staticmethod
+    def _elapsed_ms(start: Any, end: Any) -> float:
+        if isinstance(start, torch.cuda.Event):
+            return float(start.elapsed_time(end))
+        return (end - start) * 1e3
 
     # -- training -----------------------------------------------------------------------------------
     def train_segment(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], steps: int) -> SegmentStats:
         """Run `steps` training steps from `batches`, with the topology updates that fall due."""
         self.model.train()
+        if self.distributed:
+            self._sync_ddp()  # the first segment wraps; a checkpoint load may have resized
         iterator = batches if isinstance(batches, Iterator) else iter(batches)
         updates_before, ms_before = self.topology_updates, self.topology_ms
         detail_before = dict(self.topology_detail_ms)
@@ -206,7 +264,7 @@ class Method:
 
     def forward_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            return self.loss_fn(self.model(inputs), targets)
+            return self.loss_fn(self.forward_module(inputs), targets)
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """One optimizer step; returns the detached loss (no host sync)."""
@@ -217,7 +275,13 @@ class Method:
             (self.scaler.scale(loss) if self.scaler else loss).backward()
             self.after_backward(step)
         due = self.update_due(step)
-        if not (due and self.update_replaces_step):
+        if due and self.update_replaces_step:
+            if self.scaler:
+                # The update reads the gradients instead of the step: unscale them as the step would
+                # have, and let the scaler lower its scale if they overflowed, as after a skipped step.
+                self.scaler.unscale_(self.optimizer)
+                self.scaler.update()
+        else:
             with phases.phase(phases.MASKING):
                 self.before_optimizer_step(step)
             with phases.phase(phases.OPTIMIZER_STEP):
@@ -226,10 +290,13 @@ class Method:
                     self.scaler.update()
                 else:
                     self.optimizer.step()
-                if self.lr_scheduler is not None:
-                    self.lr_scheduler.step()
             with phases.phase(phases.MASKING):
                 self.after_optimizer_step(step)
+        if self.lr_scheduler is not None:
+            # Once per training step, a step the update replaced included: the LR schedule counts
+            # training steps, so it must not fall behind by one at every such update.
+            with phases.phase(phases.OPTIMIZER_STEP):
+                self.lr_scheduler.step()
         if due:
             self._run_update(step)
         self.optimizer.zero_grad(set_to_none=True)
@@ -239,16 +306,47 @@ class Method:
     def _run_update(self, step: int) -> None:
         # Updates are rare; synchronising around them is what lets their time be reported.
         synchronize(self.device)
-        self._update_detail = {}
+        self._update_marks = []
         start = time.perf_counter()
         with phases.phase(phases.TOPOLOGY_UPDATE), torch.no_grad():
+            if self.distributed:
+                # Rank 0's state: the update's random draws (ties, random grows, clone noise) agree.
+                distributed.broadcast_generator_(self.generator)
             self.update_topology(step)
+            if self.distributed and self._ddp_stale():
+                with self.update_phase(phases.DDP_REBUILD):
+                    self._sync_ddp()
         synchronize(self.device)
         self.topology_ms += (time.perf_counter() - start) * 1e3
         self.topology_updates += 1
-        for key, ms in self._update_detail.items():
-            self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + ms
-        self._update_detail = None
+        for key, begin, end in self._update_marks:
+            self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + self._elapsed_ms(begin, end)
+        self._update_marks = None
+
+    # -- distributed ----------------------------------------------------------------------------------
+    def _synced_parameters(self) -> tuple[tuple[torch.nn.Parameter, ...], set[str]]:
+        ignored = self.ddp_ignored_parameters()
+        params = tuple(p for name, p in self._model.named_parameters() if p.requires_grad and name not in ignored)
+        return params, ignored
+
+    def _ddp_stale(self) -> bool:
+        """Whether the wrapper no longer synchronises exactly the model's parameters (by identity:
+        a resize installs new Parameter objects). Cheap, and asked only at a segment's start and
+        after an update, never per step."""
+        if self._ddp is None or self._ddp.module is not self._model:
+            return True
+        params, _ = self._synced_parameters()
+        return len(params) != len(self._ddp_params) or any(a is not b for a, b in zip(params, self._ddp_params))
+
+    def _sync_ddp(self) -> None:
+        """(Re)build the DDP wrapper around the model's current parameters when it is stale."""
+        if not self._ddp_stale():
+            return
+        params, ignored = self._synced_parameters()
+        # Drop the old wrapper first: its reducer holds gradient buckets of its own, freed with it.
+        self._ddp, self._ddp_params = None, ()
+        self._ddp = distributed.wrap_ddp(self._model, self.device, ignored)
+        self._ddp_params = params
 
     # -- checkpoints ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Optimizers from a suite's spec, e.g. `{"name": "adamw", "lr": 1e-3, "weight_decay": 0.05}`."""
+"""Optimizers from a suite's spec, e.g. `{"name": "adamw", "lr": 1e-3, "weight_decay": 0.05}`, and
+the one description of their element-wise state that the masked and compact methods both use."""
 
 from __future__ import annotations
 
@@ -7,6 +8,30 @@ from typing import Any, Iterable
 import torch
 
 OPTIMIZERS = ("sgd", "adamw")
+
+# The element-wise optimizer state of SGD and Adam/AdamW (amsgrad's running maximum included), each
+# with the power of the gradient it accumulates: linear (momentum, first moment) or quadratic
+# (second moments). The masked methods zero these where a weight is masked; the compact method's
+# state remap scales an incoming tensor's entries by share ** power when it clones a unit.
+STATE_POWERS: dict[str, int] = {"momentum_buffer": 1, "exp_avg": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 2}
+STATE_KEYS: tuple[str, ...] = tuple(STATE_POWERS)
+
+
+def state_tensors(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list[torch.Tensor]:
+    """The element-wise state tensors `optimizer` holds for `param` (those of its shape)."""
+    state = optimizer.state.get(param)  # .get: never create entries in the defaultdict
+    if not state:
+        return []
+    values = (state.get(key) for key in STATE_KEYS)
+    return [v for v in values if isinstance(v, torch.Tensor) and v.shape == param.shape]
+
+
+@torch.no_grad()
+def zero_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, where: torch.Tensor) -> None:
+    """Zero `param`'s element-wise optimizer state at the positions where `where` (bool, broadcast
+    to the param's shape) is True."""
+    for value in state_tensors(optimizer, param):
+        value.masked_fill_(where, 0.0)
 
 
 def param_groups(named_params: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float) -> list[dict]:
@@ -27,15 +52,18 @@ def build_optimizer(spec: dict[str, Any], model: torch.nn.Module) -> torch.optim
     lr = float(spec.pop("lr", 1e-3))
     weight_decay = float(spec.pop("weight_decay", 0.0))
     groups = param_groups(model.named_parameters(), weight_decay)
-    # `foreach=False`: the per-parameter loop keeps state tensors addressable one by one, which the
-    # compact method's state remap relies on, and it is what every method here runs for fairness.
+    # `foreach`: None (the default) lets torch choose, as a researcher's script would: the
+    # multi-tensor kernels on CUDA, the per-parameter loop on the CPU. Every method gets the same
+    # choice. The state stays one dict of tensors per parameter either way, which is all the compact
+    # method's state remap needs. (`build_optimizer` accepts `foreach` to force either, for tests.)
+    foreach = spec.pop("foreach", None)
     if name == "sgd":
         return torch.optim.SGD(
             groups,
             lr=lr,
             momentum=float(spec.pop("momentum", 0.9)),
             nesterov=bool(spec.pop("nesterov", False)),
-            foreach=spec.pop("foreach", None),
+            foreach=foreach,
         )
     if name == "adamw":
         spec.pop("momentum", None)
@@ -45,6 +73,6 @@ def build_optimizer(spec: dict[str, Any], model: torch.nn.Module) -> torch.optim
             lr=lr,
             betas=tuple(spec.pop("betas", (0.9, 0.999))),
             eps=float(spec.pop("eps", 1e-8)),
-            foreach=spec.pop("foreach", None),
+            foreach=foreach,
         )
     raise ValueError(f"unknown optimizer {name!r} (allowed: {', '.join(OPTIMIZERS)})")

@@ -22,9 +22,10 @@ SCORING = "topology_update/scoring"
 PRUNE_GROW = "topology_update/prune_grow"
 RESIZE = "topology_update/resize"
 STATE_REMAP = "topology_update/state_remap"
+DDP_REBUILD = "topology_update/ddp_rebuild"  # distributed only: a new wrapper around resized parameters
 
 STEP_PHASES = (DATA, FORWARD, BACKWARD, MASKING, OPTIMIZER_STEP, TOPOLOGY_UPDATE)
-UPDATE_PHASES = (SCORING, PRUNE_GROW, RESIZE, STATE_REMAP)
+UPDATE_PHASES = (SCORING, PRUNE_GROW, RESIZE, STATE_REMAP)  # DDP_REBUILD, when present, is listed after
 ALL_PHASES = STEP_PHASES + UPDATE_PHASES
 
 

@@ -6,11 +6,15 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+from dstbench.rundir import RESULTS_FILE
+
+# A case's status: it finished, or how it failed (see README, "How a case is measured").
 STATUSES = ("ok", "oom", "error", "timeout", "crash")
-RESULTS_FILE = "results.jsonl"
+FAILED_STATUSES = STATUSES[1:]
 
 
 @dataclasses.dataclass
@@ -89,29 +93,74 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def segment_samples(value: Any) -> list[float]:
+    """The finite segment times of a result line's `segment_ms` (NaN was written as null)."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    samples = []
+    for x in value:
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+            samples.append(float(x))
+    return samples
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return True
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
 def append_result(run_dir: Path, result: CaseResult) -> None:
-    """Append one line and make it durable before the next case starts."""
+    """Append one line and make it durable before the next case starts.
+
+    A run killed mid-write leaves a torn last line without its newline; the new line then starts on
+    a line of its own, so the torn one stays the only unreadable line.
+    """
     line = json.dumps(_finite(result.to_dict()), sort_keys=False)
-    with open(Path(run_dir) / RESULTS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(line + "\n")
+    path = Path(run_dir) / RESULTS_FILE
+    prefix = "" if not path.exists() or _ends_with_newline(path) else "\n"
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(prefix + line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
 
+_WARNED: set[tuple[str, tuple[int, ...]]] = set()
+
+
 def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Result lines as dicts; a torn last line (a run killed mid-write) is skipped."""
+    """Result lines as dicts. Unreadable lines (a torn line of a run killed mid-write) are skipped,
+    with one warning per file that names them: the case of a skipped line counts as not run."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
+    skipped = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                yield json.loads(line)
+                data = json.loads(line)
             except json.JSONDecodeError:
+                skipped.append(number)
                 continue
+            if isinstance(data, dict):
+                yield data
+            else:
+                skipped.append(number)
+    key = (str(path.resolve()), tuple(skipped))
+    if skipped and key not in _WARNED:
+        # A run reads its results several times (resume, table, expectations): say it once.
+        _WARNED.add(key)
+        warnings.warn(
+            f"{path}: skipped {len(skipped)} unreadable line(s) (line {', '.join(map(str, skipped))}); "
+            "their cases count as not run",
+            stacklevel=2,
+        )
 
 
 def load_results(run_dir: Path) -> list[CaseResult]:

@@ -1,44 +1,45 @@
 """`dstbench run SUITE`: validate, expand into cases, launch each, append its result line.
 
-A run folder holds `suite.yaml` (the suite as validated, defaults filled in), `run.json` (when,
-where, which commit) and `results.jsonl` (one line per finished case). `--resume` runs the cases
-that have no line yet.
+A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, defaults filled in),
+`run.json` (when, where, which commit) and `results.jsonl` (one line per finished case). `--resume`
+runs the cases that have no line yet, and only with the settings the finished ones ran with.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dstbench.cases import Case, expand_cases
 from dstbench.config import SuiteConfig, SuiteError, load_suite
 from dstbench.env import git_state
+from dstbench.fmt import last_line
 from dstbench.launchers import make_launcher
 from dstbench.results import CaseResult, append_result, iter_results
+from dstbench.rundir import RUN_FILE, SUITE_FILE, load_run_meta, slug
 from dstbench.runner import CaseTask
 
-SUITE_FILE = "suite.yaml"
-RUN_FILE = "run.json"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "suite"
+# Suite keys that may change between a run and its --resume: none of them changes how a finished
+# case was measured. Methods and densities may also be added (never removed or changed).
+RESUME_MAY_CHANGE = ("description", "expect", "reference")
 
 
 def new_run_dir(out: Path, suite: SuiteConfig) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = out / f"{_slug(suite.name)}-{stamp}"
+    base = f"{slug(suite.name, 'suite')}-{stamp}"
+    run_dir = out / base
     suffix = 1
     while run_dir.exists():
         suffix += 1
-        run_dir = out / f"{_slug(suite.name)}-{stamp}-{suffix}"
+        run_dir = out / f"{base}-{suffix}"
     run_dir.mkdir(parents=True)
     return run_dir
 
@@ -47,20 +48,21 @@ def latest_run_dir(out: Path, suite: SuiteConfig) -> Path | None:
     """The newest run folder under `out` made from a suite with the same name and setup."""
     found = []
     for meta_path in out.glob(f"*/{RUN_FILE}"):
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
+        meta = load_run_meta(meta_path.parent)
         if meta.get("suite") == suite.name and meta.get("suite_hash") == suite.setup_hash():
             found.append((meta.get("created", ""), meta_path.parent))
     return max(found)[1] if found else None
 
 
-def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None:
+def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None:
     (run_dir / SUITE_FILE).write_text(
         f"# {suite_path} as validated by dstbench, every default filled in\n"
         + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False)
     )
+
+
+def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None:
+    write_suite_file(run_dir, suite, suite_path)
     meta = {
         "suite": suite.name,
         "suite_hash": suite.setup_hash(),
@@ -71,24 +73,68 @@ def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None
     (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
+_ABSENT = object()
+
+
+def _diff(old: Any, new: Any, key: str) -> list[str]:
+    """Dotted keys whose values differ between two suite dumps."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [k for sub in keys for k in _diff(old.get(sub, _ABSENT), new.get(sub, _ABSENT), f"{key}.{sub}" if key else sub)]
+    return [] if old == new else [key]
+
+
+def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
+    """Why `current` may not add cases to a run made with `stored`: each entry names a setting whose
+    change would leave the run folder with cases measured under different settings. Empty when only
+    `RESUME_MAY_CHANGE` keys changed and methods or densities were only added."""
+    old, new = stored.model_dump(mode="json"), current.model_dump(mode="json")
+    fixed = set(old) | set(new)
+    fixed -= {*RESUME_MAY_CHANGE, "methods", "densities"}
+    conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
+    old_specs = {m.key: m.model_dump(mode="json") for m in stored.methods}
+    new_specs = {m.key: m.model_dump(mode="json") for m in current.methods}
+    for key, spec in old_specs.items():
+        if key not in new_specs:
+            conflicts.append(f"methods: {key} removed (select methods with --only instead)")
+        else:
+            conflicts += [f"methods[{key}].{k}" for k in _diff(spec, new_specs[key], "")]
+    for density in stored.densities:
+        if not any(math.isclose(density, d) for d in current.densities):
+            conflicts.append(f"densities: {density:g} removed (select densities with --density instead)")
+    return conflicts
+
+
 def resolve_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str | None) -> Path:
-    if resume:
-        run_dir = Path(resume) if isinstance(resume, str) else latest_run_dir(out, suite)
-        if run_dir is None or not (run_dir / RUN_FILE).exists():
-            raise SuiteError(str(suite_path), [("", f"nothing to resume under {out}")])
-        meta = json.loads((run_dir / RUN_FILE).read_text())
-        if meta.get("suite_hash") != suite.setup_hash():
-            raise SuiteError(str(suite_path), [("", f"{run_dir} was run with different suite settings")])
+    """A new run folder, or with `resume` the one to continue (checked against the current suite)."""
+    if not resume:
+        run_dir = new_run_dir(out, suite)
+        write_run_files(run_dir, suite, suite_path)
         return run_dir
-    run_dir = new_run_dir(out, suite)
-    write_run_files(run_dir, suite, suite_path)
+    run_dir = Path(resume) if isinstance(resume, str) else latest_run_dir(out, suite)
+    if run_dir is None or not (run_dir / RUN_FILE).exists() or not (run_dir / SUITE_FILE).exists():
+        where = run_dir if run_dir is not None else f"{out} (no run of suite {suite.name!r} with these settings)"
+        raise SuiteError(str(suite_path), [("--resume", f"nothing to resume in {where}")])
+    stored = load_suite(run_dir / SUITE_FILE)
+    conflicts = resume_conflicts(stored, suite)
+    if conflicts:
+        raise SuiteError(
+            str(suite_path),
+            [("--resume", f"{run_dir} ran with other settings; changed: {', '.join(conflicts)}. Its finished "
+              f"cases would mix with cases measured differently: start a new run, or resume with the suite in "
+              f"{run_dir / SUITE_FILE}. Only {', '.join(RESUME_MAY_CHANGE)} may change, and methods or "
+              "densities be added.")],
+        )
+    if stored.model_dump(mode="json") != suite.model_dump(mode="json"):
+        # Added methods or densities (or new expectations): the folder's suite now describes every
+        # case it will hold, and `dstbench check` uses the current expectations.
+        write_suite_file(run_dir, suite, suite_path)
     return run_dir
 
 
 def _status_line(result: CaseResult) -> str:
     if result.status != "ok":
-        first = (result.error or "").strip().splitlines()
-        return f"[red]{result.status}[/red] {first[-1] if first else ''}"
+        return f"[red]{result.status}[/red] {escape(last_line(result.error))}"
     parts = []
     if result.median_ms is not None:
         parts.append(f"median {result.median_ms:.1f} ms/segment")
@@ -121,8 +167,23 @@ def run_cases(
             append_result(run_dir, result)
             results.append(result)
             progress.advance(overall)
-            console.print(f"{label}: {_status_line(result)}")
+            console.print(f"{escape(label)}: {_status_line(result)}")
     return results
+
+
+def _check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> None:
+    """`--only` and `--density` must name what the suite has (a typo would silently run nothing)."""
+    problems = []
+    known = [m.key for m in suite.methods]
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        problems.append(("--only", f"not in the suite: {unknown} (suite has: {', '.join(sorted(known))})"))
+    strays = [d for d in densities or () if not any(math.isclose(d, s) for s in suite.densities)]
+    if strays:
+        allowed = ", ".join(f"{d:g}" for d in suite.densities)
+        problems.append(("--density", f"not in the suite: {', '.join(f'{d:g}' for d in strays)} (suite has: {allowed})"))
+    if problems:
+        raise SuiteError(str(suite_path), problems)
 
 
 def run_suite(
@@ -138,18 +199,16 @@ def run_suite(
 ) -> Path:
     """Run a suite (or the missing cases of an earlier run) and return its run folder.
 
-    Raises `SuiteError` before anything is written when the suite or the selection is invalid.
+    Raises `SuiteError` before anything is written when the suite, the selection or the run folder
+    to resume is unusable.
     """
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     suite_path = Path(suite_path)
     overrides = dict(overrides or {})
     if device:
         overrides["device"] = device
     suite = load_suite(suite_path, overrides)
-    known = {m.key for m in suite.methods}
-    unknown = sorted(set(only or ()) - known)
-    if unknown:
-        raise SuiteError(str(suite_path), [("--only", f"not in the suite: {unknown} (suite has: {', '.join(sorted(known))})")])
+    _check_selection(suite, suite_path, only, densities)
     cases = expand_cases(suite, only, densities)
     if not cases:
         raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import random
+import socket
 import time
 import traceback
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dstbench import registry
+from dstbench import distributed, registry
 from dstbench.cases import Case
 from dstbench.config import SuiteConfig, parse_suite
 from dstbench.data import speed_batches
@@ -33,6 +34,7 @@ from dstbench.trackers import (
     summarize_ms,
     training_state_bytes,
 )
+from dstbench.trackers.energy import EnergyMeter
 from dstbench.trackers.memory import current_rss_bytes
 from dstbench.vit import create_vit
 
@@ -52,6 +54,16 @@ class CaseTask:
 
 
 def resolve_device(name: str) -> torch.device:
+    """The suite's device for this process. Under torchrun a CUDA rank gets `cuda:LOCAL_RANK`
+    (its own GPU on its node), and `auto` never picks MPS, which DDP cannot use."""
+    if distributed.is_distributed():
+        if name == "mps":
+            raise RuntimeError("distributed cases run on CUDA (NCCL) or the CPU (gloo), not on mps")
+        if name in ("cuda", "auto") and torch.cuda.is_available():
+            return torch.device("cuda", distributed.local_rank())
+        if name == "cuda":
+            raise RuntimeError("the suite asks for device cuda, but torch sees no CUDA device")
+        return torch.device("cpu")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
@@ -79,17 +91,24 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
         from dstbench.checkpoint import load_pretrained
 
         load_pretrained(model, suite.model.checkpoint)
-    return registry.create_method(
+    method = registry.create_method(
         case.method_name,
         model,
         density=case.density,
         total_steps=total_steps,
         optimizer=suite.optimizer.model_dump(),
         precision=suite.precision,
+        fuse_norms=suite.fuse_norms,
         seed=suite.seed,
         **harness,
         **case.params,
     )
+    rank = distributed.rank()
+    if rank > 0:
+        # Every rank built the same model from the same seed; from here on each draws its own
+        # randomness (dropout, host-side augmentation), as the halves of one large batch would.
+        seed_everything(distributed.rank_seed(suite.seed, rank))
+    return method
 
 
 def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
@@ -118,8 +137,7 @@ def measure_speed(
 ) -> tuple[Method, Any]:
     """The timed segments. Fills `result`; returns the method and its batches for profiling."""
     timing = suite.timing
-    total = timing.total_steps or timing.warmup_steps + timing.segments * timing.segment_steps
-    method = build_method(suite, case, device, total)
+    method = build_method(suite, case, device, timing.schedule_steps)
     batches, result.data_loading = speed_batches(suite, method.model, device)
 
     # The first warmup step counts FLOPs and saved activations; no timed step runs under a counter.
@@ -132,7 +150,7 @@ def measure_speed(
     synchronize(device)
 
     samples, stats = [], []
-    with AllocatorPeak(device) as allocator, RssPeak(rss_baseline) as rss:
+    with AllocatorPeak(device) as allocator, RssPeak(rss_baseline) as rss, EnergyMeter(device) as energy:
         for index in range(timing.segments):
             with SegmentTimer(device) as timer:
                 stats.append(method.train_segment(batches, timing.segment_steps))
@@ -153,6 +171,8 @@ def measure_speed(
     result.peak_memory_bytes = allocator.peak_bytes
     result.reserved_memory_bytes = allocator.reserved_bytes
     result.rss_peak_bytes = rss.growth_bytes
+    timed_steps = timing.segments * timing.segment_steps
+    result.energy = energy.result(timed_steps, suite.batch_size * timed_steps)
     result.state_bytes = state["total"]
     result.state_breakdown = state
     result.activation_bytes = activations.total
@@ -182,6 +202,10 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
     result.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     result.device = str(device)
     result.env = {**static_env(device), "gpu_before": gpu_snapshot(device)}
+    if distributed.is_distributed():
+        # A rank's own line; the launcher merges the ranks' lines into the case's.
+        result.world_size = distributed.world_size()
+        result.env.update(rank=distributed.rank(), local_rank=distributed.local_rank(), host=socket.gethostname())
 
     method = batches = None
     if suite.mode in ("speed", "both"):
@@ -193,7 +217,10 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
     if suite.profile.enabled:
         from dstbench.profiling import profile_case
 
-        profile_case(suite, case, device, result, Path(task.run_dir), method, batches, progress)
+        run_dir = Path(task.run_dir)
+        if distributed.rank() > 0:  # every rank profiles (the steps synchronise); rank 0's is the case's
+            run_dir = run_dir / "ranks" / f"rank{distributed.rank()}"
+        profile_case(suite, case, device, result, run_dir, method, batches, progress)
 
     result.env["gpu_after"] = gpu_snapshot(device)
     result.duration_s = time.perf_counter() - started

@@ -9,11 +9,20 @@ import math
 from dataclasses import dataclass
 
 
+def round_half_up(value: float) -> int:
+    """`value` rounded to the nearest integer, halves up. Every count derived from a density or a
+    fraction (budgets, exchange sizes, active weights) goes through this one rule, so masked and
+    compact methods round alike (Python's `round` rounds halves to even: round(2.5) == 2)."""
+    return int(math.floor(value + 0.5))
+
+
 @dataclass(frozen=True)
 class UpdateSchedule:
-    """An update every `delta_t` steps while `t <= t_end_step`; replaced fraction decays by cosine.
+    """An update every `delta_t` steps while `t < t_end_step`; replaced fraction decays by cosine.
 
-    `t_end` is a fraction of `total_steps` when <= 1, otherwise an absolute step.
+    `t_end` is a fraction of `total_steps` when <= 1, otherwise an absolute step. The end is
+    exclusive, as in rigl-torch: at `t_end_step` the cosine fraction is 0, so an update there would
+    change nothing and still cost a synchronisation (and, for RigL, an optimizer step).
     """
 
     delta_t: int
@@ -33,15 +42,20 @@ class UpdateSchedule:
     def t_end_step(self) -> int:
         return int(self.t_end * self.total_steps) if self.t_end <= 1 else int(self.t_end)
 
+    @property
+    def last_update_step(self) -> int:
+        """The last step at which an update falls due within `total_steps` (0: none does)."""
+        last = min(self.t_end_step - 1, self.total_steps)
+        return max(0, last - last % self.delta_t)
+
     def is_update_step(self, step: int) -> bool:
-        return step > 0 and step % self.delta_t == 0 and step <= self.t_end_step
+        return step > 0 and step % self.delta_t == 0 and step < self.t_end_step
 
     def fraction(self, step: int) -> float:
         """The fraction of active units replaced at `step`: drop_fraction * (1 + cos(pi t / t_end)) / 2."""
         t_end = max(self.t_end_step, 1)
         return self.drop_fraction * (1.0 + math.cos(math.pi * min(step, t_end) / t_end)) / 2.0
 
-    def update_steps(self, total_steps: int | None = None) -> list[int]:
-        """Every step at which an update falls due within `total_steps` (default: the schedule's)."""
-        last = min(total_steps if total_steps is not None else self.total_steps, self.t_end_step)
-        return list(range(self.delta_t, last + 1, self.delta_t))
+    def update_steps(self) -> list[int]:
+        """Every step at which an update falls due within `total_steps`."""
+        return list(range(self.delta_t, self.last_update_step + 1, self.delta_t))

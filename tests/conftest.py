@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# Before torch loads OpenMP: spinning worker threads starve each other when the test processes share
+# two cores (measured 20x slower steps); passive waiting costs nothing here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import copy
 from typing import Any, Iterator
 
@@ -60,3 +66,14 @@ SGD = {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0}
 @pytest.fixture
 def vit() -> torch.nn.Module:
     return micro_vit()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Run on one intra-op thread, then restore: micro models gain nothing from a second one, and
+    on a shared 2-core machine two OpenMP threads per process thrash (measured: steps 20x slower).
+    Directories of micro-model tests use it for every test (their conftest.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -61,8 +61,10 @@ def test_only_must_name_suite_methods(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_failed_expectation_exits_1_and_says_by_how_much(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     expect = [{"metric": "density_achieved", "method": "*", "tolerance": 0.01}, {"metric": "top1", "method": "dense", "min": 0.5}]
     suite = write_suite(tmp_path, expect=expect)
-    assert main(["run", str(suite), "--out", str(tmp_path / "runs")]) == 1
+    html = tmp_path / "report.html"
+    assert main(["run", str(suite), "--out", str(tmp_path / "runs"), "--html", str(html)]) == 1
     err = capsys.readouterr().err
+    assert "dense" in html.read_text()  # the report is written even though a gate failed
     assert "PASS  density_achieved dense@1" in err and "FAIL  top1 dense@1: no top1 in result" in err
     run_dir = only_run_dir(tmp_path / "runs")
     assert main(["check", str(run_dir)]) == 1
@@ -79,7 +81,9 @@ def test_resume_after_a_kill_runs_only_the_missing_cases(tmp_path: Path) -> None
         launcher={"name": "subprocess", "timeout_s": 600},
     )
     out = tmp_path / "runs"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    hang_file = tmp_path / "hang"
+    hang_file.touch()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DSTBENCH_FAULT_HANG_FILE": str(hang_file)}
     command = [sys.executable, "-m", "dstbench", "run", str(suite), "--out", str(out)]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -98,14 +102,8 @@ def test_resume_after_a_kill_runs_only_the_missing_cases(tmp_path: Path) -> None
     first = list(iter_results(run_dir))
     assert [line["case_id"] for line in first] == ["dense@1"]
 
-    # The hanging case is swapped for a quick one under the same label; resume runs just the two missing.
-    write_suite(
-        tmp_path,
-        plugins=[PLUGIN],
-        methods=["dense", {"name": "fault_error", "label": "hang"}, {"name": "fault_error", "label": "last"}],
-        densities=[0.5],
-        launcher={"name": "subprocess", "timeout_s": 600},
-    )
+    # The same suite, resumed once the hanging case can finish: only the two missing cases run.
+    hang_file.unlink()
     resumed = subprocess.run(command + ["--resume"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     lines = list(iter_results(run_dir))

@@ -37,7 +37,8 @@ def test_result_has_every_field_with_real_values(dense_result) -> None:  # type:
     assert line["median_ms"] == sorted(line["segment_ms"])[1]
     assert line["images_per_s"] == pytest.approx(8 * 3 / (line["median_ms"] / 1e3))
     assert line["peak_memory_bytes"] is None and line["reserved_memory_bytes"] is None  # CPU
-    assert line["rss_peak_bytes"] > 0 and line["activation_bytes"] > 0
+    # RSS growth is clamped at 0: earlier tests in this process may have freed more than the case needs.
+    assert line["rss_peak_bytes"] >= 0 and line["activation_bytes"] > 0
     assert line["state_bytes"] == line["state_breakdown"]["total"] > 0
     assert line["flops_per_step"] > 0
     assert line["density_achieved"] == 1.0 and line["topology_updates"] == 0

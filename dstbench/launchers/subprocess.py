@@ -54,10 +54,10 @@ class SubprocessLauncher:
         ctx = _context()
         receiver, sender = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_child, args=(sender, task), name=f"dstbench-case-{task.case['method']}")
-        process.start()
-        sender.close()  # only the child writes; EOF on `receiver` then means the child is gone
         deadline = time.monotonic() + self.timeout_s
         try:
+            process.start()
+            sender.close()  # only the child writes; EOF on `receiver` then means the child is gone
             while True:
                 if receiver.poll(0.2):
                     try:
@@ -73,9 +73,12 @@ class SubprocessLauncher:
                     process.kill()
                     process.join()
                     return failed_result(task, "timeout", f"case exceeded its timeout of {self.timeout_s:g} s")
-        except KeyboardInterrupt:
-            process.kill()
-            process.join()
+        except BaseException:
+            # Ctrl-C (or anything else) may arrive at any point, even while the process starts:
+            # never leave a case process behind.
+            if process.pid is not None and process.is_alive():
+                process.kill()
+                process.join()
             raise
         finally:
             receiver.close()

@@ -1,1 +1,42 @@
-"""Reports from run folders: derived figures (`derive`), tables, plots, HTML and static sites."""
+"""Reports from run folders: derived figures, tables, plots, one self-contained HTML page per
+report, and a static site of runs.
+
+    derive.py       result lines -> DataFrame with speedup (+ bootstrap CI), memory reduction, ...
+    sections.py     the registry of report sections (below)
+    tables.py       core table sections; tabulate rendering for the terminal and Markdown
+    plots.py        core plot sections (seaborn); `plot_style`, `new_figure`, `series`, `palette`
+    environment.py  run, machine and GPU-clock tables
+    topology.py     a compact method's topology history from `method_extras`
+    html.py         jinja2 pages (templates/*.j2, autoescaped); `dstbench report`'s HTML and Markdown
+    cli.py          `dstbench report`
+    publish.py      `dstbench publish`; history.py: each case across a site's runs
+
+Adding sections
+---------------
+A report is a list of sections in `order`; each is a function of the derived frame (the output of
+`derive.derive`: every result-line field, the derived columns, `run` = the run folder,
+`frame.attrs["reference"]`, and `frame.attrs["output_dir"]`, the folder the page is written to or
+None: a section linking a file of the run folder makes the link relative to it with
+`os.path.relpath`, so it survives `dstbench publish`, which copies the `profile.trace` and
+`profile.memory_snapshot` files of each result line next to the run's page). It returns None when its data is absent, and the section is left out.
+A module registers sections with decorators at import time:
+
+    from dstbench.report.sections import Table, register_plot, register_table
+    from dstbench.report.plots import new_figure   # Figure + axes, no pyplot needed
+
+    @register_plot("my_plot", "Title", order=170, caption="What the plot shows.")
+    def my_plot(derived: pd.DataFrame) -> matplotlib.figure.Figure | None: ...
+
+    @register_table("my_table", "Title", order=180, terminal=False)
+    def my_table(derived: pd.DataFrame) -> Table | None:
+        return Table(headers=[...], rows=[[...], ...], align=["left", "right", ...], note="...")
+
+and is listed in `sections.SECTION_MODULES` (a module that is not there yet is skipped). Keys are
+unique and become HTML anchors. Orders: core tables 10-40, core plots 100-165, profiling 170-199,
+environment 890-910. Plots are drawn inside `plots.plot_style()` (text is never parsed as math) and
+embedded as SVG data: URIs; tables go to the HTML page (every cell escaped, except
+`markupsafe.Markup` cells, which must be built with `Markup(...).format(...)` so their arguments
+are escaped), to `--markdown` and, when `terminal` is true, to the terminal. A section that raises
+is shown with its error instead of its content, so one broken section never costs the report. The
+HTML template needs no change for a new section.
+"""

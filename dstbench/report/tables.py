@@ -1,60 +1,207 @@
-"""Tables of derived results, rendered with tabulate (terminal or Markdown)."""
+"""Tables of derived results: the core table sections of a report, rendered with tabulate for the
+terminal and Markdown (the HTML template renders the same `Table` objects)."""
 
 from __future__ import annotations
 
-import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
 
-MIB = 2**20
+from dstbench.fmt import DASH, last_line, mib, missing, percent
+from dstbench.report.derive import reference_row
+from dstbench.report.sections import Rendered, Table, register_table
 
 
 def _num(value: Any, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return format(value, fmt)
+    return DASH if missing(value) else format(float(value), fmt)
 
 
-def _mib(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{float(value) / MIB:.1f}"
+def _times(value: Any) -> str:
+    return DASH if missing(value) else f"{float(value):.2f}×"
 
 
-def _pct(value: Any) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value * 100:.1f}%"
+def _speedup(r: pd.Series) -> str:
+    if missing(r.get("speedup")):
+        return DASH
+    text = f"{r['speedup']:.2f}×"
+    if not missing(r.get("speedup_ci_low")):
+        text += f" [{r['speedup_ci_low']:.2f}, {r['speedup_ci_high']:.2f}]"
+    return text
 
 
-def summary_rows(derived: pd.DataFrame) -> list[dict[str, str]]:
-    rows = []
-    for _, r in derived.sort_values(["density", "method"], ascending=[False, True]).iterrows():
-        speedup = _num(r.get("speedup"), ".2f")
-        if speedup != "—" and not math.isnan(r.get("speedup_ci_low", math.nan)):
-            speedup += f" [{r['speedup_ci_low']:.2f}, {r['speedup_ci_high']:.2f}]"
-        rows.append(
-            {
-                "method": r["method"],
-                "density": f"{r['density']:g}",
-                "status": r["status"],
-                "median ms": _num(r.get("median_ms"), ".1f"),
-                "images/s": _num(r.get("images_per_s"), ".1f"),
-                "peak MiB": _mib(r.get("peak_memory_bytes")),
-                "state MiB": _mib(r.get("state_bytes")),
-                "activation MiB": _mib(r.get("activation_bytes")),
-                "speedup": speedup,
-                "memory reduction": _pct(r.get("memory_reduction")),
-            }
+def run_label(run: Any) -> str:
+    return Path(str(run)).name
+
+
+def ordered(derived: pd.DataFrame) -> pd.DataFrame:
+    """Rows in report order: by run, then density (dense first), then the suite's method order."""
+    method_rank = {m: i for i, m in enumerate(pd.unique(derived["method"]))}
+    run_rank = {r: i for i, r in enumerate(pd.unique(derived["run"]))} if "run" in derived else {}
+    keyed = derived.assign(
+        _run=derived["run"].map(run_rank) if run_rank else 0,
+        _method=derived["method"].map(method_rank),
+        _density=-derived["density"].astype(float),
+    )
+    return keyed.sort_values(["_run", "_density", "_method"], kind="stable").drop(columns=["_run", "_method", "_density"])
+
+
+def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
+    """Leading columns naming a case; `run` only when several runs share the report."""
+    several = "run" in derived and derived["run"].nunique() > 1
+    headers = (["run"] if several else []) + ["method", "density", "status"]
+
+    def cells(r: pd.Series) -> list[str]:
+        return ([run_label(r["run"])] if several else []) + [str(r["method"]), f"{float(r['density']):g}", str(r["status"])]
+
+    return headers, cells
+
+
+def _reference(derived: pd.DataFrame) -> str:
+    return derived.attrs.get("reference") or next((r for r in derived["reference"] if isinstance(r, str)), "the reference")
+
+
+def _classes(rows: pd.DataFrame) -> list[str]:
+    return ["failed" if status != "ok" else "" for status in rows["status"]]
+
+
+@register_table("speed", "Speed", order=10)
+def speed_table(derived: pd.DataFrame) -> Table | None:
+    if derived.empty:
+        return None
+    rows = ordered(derived)
+    ref = _reference(derived)
+    headers, cells = _identity(derived)
+    body = [
+        cells(r)
+        + [
+            _num(r.get("median_ms"), ".1f"), _num(r.get("iqr_ms"), ".1f"), _num(r.get("images_per_s"), ".1f"),
+            _speedup(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")), percent(r.get("topology_share")),
+        ]
+        for _, r in rows.iterrows()
+    ]
+    return Table(
+        headers + ["median ms", "IQR ms", "images/s", f"speedup vs {ref} [95% CI]", "FLOP limit", "of limit", "topology share"],
+        body,
+        align=["left"] * len(headers) + ["right"] * 7,
+        note=(
+            f"Median and interquartile range of the timed segments; speedup is median({ref}) / median(method) "
+            "at the same density with a percentile bootstrap interval; FLOP limit is the speedup the FLOP "
+            "count allows and 'of limit' the measured share of it; topology share is the fraction of "
+            "segment time spent in topology updates."
+        ),
+        row_classes=_classes(rows),
+    )
+
+
+@register_table("memory", "Memory", order=20)
+def memory_table(derived: pd.DataFrame) -> Table | None:
+    if derived.empty:
+        return None
+    rows = ordered(derived)
+    ref = _reference(derived)
+    headers, cells = _identity(derived)
+    body = [
+        cells(r)
+        + [
+            str(r["memory_basis"]), mib(r.get("memory_bytes")), percent(r.get("memory_reduction")),
+            mib(r.get("state_bytes")), _times(r.get("state_ratio")),
+            mib(r.get("activation_bytes")), _times(r.get("activation_ratio")),
+        ]
+        for _, r in rows.iterrows()
+    ]
+    return Table(
+        headers + ["basis", "memory MiB", f"reduction vs {ref}", "state MiB", "state ratio", "activation MiB", "activation ratio"],
+        body,
+        align=["left"] * (len(headers) + 1) + ["right"] * 6,
+        note=(
+            f"Reduction is 1 - memory / memory({ref}) on the basis named: the CUDA allocator peak where "
+            "measured, else training-state plus activation bytes counted exactly. State is parameters, "
+            "gradients, optimizer state and method buffers; activations are the bytes saved for backward."
+        ),
+        row_classes=_classes(rows),
+    )
+
+
+@register_table("accuracy", "Accuracy", order=30)
+def accuracy_table(derived: pd.DataFrame) -> Table | None:
+    if "top1" not in derived or derived["top1"].isna().all():
+        return None
+    rows = ordered(derived)
+    ref = _reference(derived)
+    headers, cells = _identity(derived)
+    body = []
+    for _, r in rows.iterrows():
+        base = reference_row(derived, ref, float(r["density"]), r.get("run"))
+        drop = DASH
+        if base is not None and not missing(base.get("top1")) and not missing(r.get("top1")):
+            drop = f"{(float(base['top1']) - float(r['top1'])) * 100:+.2f} pp"
+        body.append(
+            cells(r)
+            + [percent(r.get("top1")), percent(r.get("top5")), drop, _num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
         )
-    return rows
+    return Table(
+        headers + ["top-1", "top-5", f"top-1 drop vs {ref}", "epochs", "train s"],
+        body,
+        align=["left"] * len(headers) + ["right"] * 5,
+        note="Validation accuracy at the end of training; the drop is in percentage points.",
+        row_classes=_classes(rows),
+    )
+
+
+@register_table("failed", "Failed cases", order=40)
+def failed_table(derived: pd.DataFrame) -> Table | None:
+    failed = ordered(derived[derived["status"] != "ok"])
+    if failed.empty:
+        return None
+    several = derived["run"].nunique() > 1 if "run" in derived else False
+    body = [
+        ([run_label(r["run"])] if several else [])
+        + [str(r["case_id"]), str(r["status"]), last_line(r.get("error"), "(no message recorded)"), _num(r.get("duration_s"), ".1f")]
+        for _, r in failed.iterrows()
+    ]
+    return Table(
+        (["run"] if several else []) + ["case", "status", "reason", "duration s"],
+        body,
+        align=(["left"] if several else []) + ["left", "left", "left", "right"],
+        note="Cases that did not finish; the reason is the last line of the recorded error.",
+        row_classes=["failed"] * len(body),
+    )
+
+
+def render_table(table: Table, fmt: str) -> str:
+    """`table` laid out by tabulate in format `fmt` ("simple" terminal, "github" Markdown)."""
+    return tabulate(
+        table.rows, headers=table.headers, tablefmt=fmt, disable_numparse=True, colalign=table.column_align()
+    )
+
+
+def render_text(rendered: list[Rendered], fmt: str = "simple") -> str:
+    """Titled tables (and any section errors) as text."""
+    blocks = []
+    for section in rendered:
+        if section.error:
+            blocks.append(f"{section.title}: could not be built ({section.error})")
+        elif section.table is not None:
+            blocks.append(f"{section.title}\n\n{render_table(section.table, fmt)}")
+    return "\n\n".join(blocks)
 
 
 def summary_table(derived: pd.DataFrame, reference: str, fmt: str = "simple") -> str:
-    """One row per case, speedup and memory reduction against `reference`. `fmt`: a tabulate
+    """The end-of-run table: speed and memory side by side, one row per case. `fmt`: a tabulate
     format ("simple" for terminals, "github" for Markdown)."""
-    rows = summary_rows(derived)
-    if not rows:
+    if derived.empty:
         return "(no results)"
-    headers = [f"speedup vs {reference}" if key == "speedup" else key for key in rows[0]]
-    return tabulate([list(row.values()) for row in rows], headers=headers, tablefmt=fmt, disable_numparse=True)
+    rows = ordered(derived)
+    headers, cells = _identity(derived)
+    body = [
+        cells(r)
+        + [
+            _num(r.get("median_ms"), ".1f"), _num(r.get("images_per_s"), ".1f"), mib(r.get("peak_memory_bytes")),
+            mib(r.get("state_bytes")), mib(r.get("activation_bytes")), _speedup(r), percent(r.get("memory_reduction")),
+        ]
+        for _, r in rows.iterrows()
+    ]
+    headers += ["median ms", "images/s", "peak MiB", "state MiB", "activation MiB", f"speedup vs {reference}", "memory reduction"]
+    return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)

@@ -125,25 +125,46 @@ def current_rss_bytes() -> int | None:
     return kib * 1024 if kib is not None else None
 
 
+def _reset_high_water_mark() -> bool:
+    """Reset this process's VmHWM to its current RSS ("5" to clear_refs, Linux >= 4.0)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_bytes() -> int:
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
 class RssPeak:
-    """Peak resident memory over the work inside `with`, minus `baseline_bytes` (the process's
-    RSS before the case built anything). On Linux the high-water mark is reset on entry."""
+    """How much more resident memory than `baseline_bytes` the work inside `with` needed at its peak.
+
+    `baseline_bytes` is the process's RSS when the case started building (`current_rss_bytes`); the
+    peak is the high-water mark over the `with` block, which is reset on entry. `growth_bytes` is
+    peak - baseline, clamped at 0: in a process that ran earlier work, memory freed after the
+    baseline (garbage collected, returned to the OS) can leave the whole block below the baseline,
+    and "needed nothing extra" is then the truthful figure, not a negative one. Where the high-water
+    mark cannot be reset it is the process's lifetime peak, an upper bound. None where the baseline
+    is unknown (no /proc: not Linux).
+    """
 
     def __init__(self, baseline_bytes: int | None) -> None:
         self.baseline_bytes = baseline_bytes
+        self.peak_bytes: int | None = None
         self.growth_bytes: int | None = None
+        self.reset = False
 
     def __enter__(self) -> "RssPeak":
-        try:  # "5" resets VmHWM to the current RSS (Linux >= 4.0)
-            Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            pass
+        self.reset = _reset_high_water_mark()
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        kib = _status_kib("VmHWM")
-        if kib is not None:
-            peak = kib * 1024
-        else:  # ru_maxrss is KiB on Linux, bytes on macOS
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-        self.growth_bytes = peak - (self.baseline_bytes or 0)
+        self.peak_bytes = _peak_rss_bytes()
+        if self.baseline_bytes is not None:
+            self.growth_bytes = max(0, self.peak_bytes - self.baseline_bytes)

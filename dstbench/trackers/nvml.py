@@ -1,9 +1,17 @@
-"""NVML through nvidia-ml-py, optional: without a driver every call returns None, never raises."""
+"""NVML through nvidia-ml-py, optional: without a driver every call returns None, never raises.
+
+NVML numbers GPUs its own way (PCI bus order, every GPU of the machine); CUDA may number them
+differently (`CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER=FASTEST_FIRST`). Whatever reads NVML about
+a CUDA device first maps it with `index_of`.
+"""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 try:
     import pynvml
@@ -29,6 +37,28 @@ def handle(index: int) -> Any | None:
         return pynvml.nvmlDeviceGetHandleByIndex(index)
     except Exception:
         return None
+
+
+def _normalise_uuid(uuid: Any) -> str:
+    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid or "")
+    return text.strip().lower().removeprefix("gpu-")
+
+
+def index_of(device: torch.device) -> int:
+    """NVML's index of a CUDA device, matched by UUID when torch and NVML both report one; else the
+    CUDA index (right whenever CUDA sees every GPU in bus order)."""
+    import torch
+
+    cuda_index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = _normalise_uuid(getattr(torch.cuda.get_device_properties(cuda_index), "uuid", ""))
+    if uuid and available():
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                if _normalise_uuid(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) == uuid:
+                    return i
+        except Exception:  # noqa: BLE001 - any NVML failure: keep the CUDA index
+            pass
+    return cuda_index
 
 
 def _call(fn: str, *args: Any) -> Any | None:

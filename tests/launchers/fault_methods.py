@@ -47,7 +47,13 @@ class FaultCrash(Method):
 
 @register_method("fault_hang", kind="masked")
 class FaultHang(Method):
-    """Never finishes its segment."""
+    """Hangs in its segment: forever, or while the file named by `DSTBENCH_FAULT_HANG_FILE` exists
+    (then it trains as dense does, so a resumed run can finish the same suite)."""
 
     def train_segment(self, batches: Any, steps: int) -> Any:
-        time.sleep(3600)
+        hang_file = os.environ.get("DSTBENCH_FAULT_HANG_FILE")
+        if hang_file is None:
+            time.sleep(3600)
+        while os.path.exists(hang_file):
+            time.sleep(0.1)
+        return super().train_segment(batches, steps)

@@ -1,0 +1,65 @@
+"""How figures are written for people: missing values, percentages, byte sizes, error summaries.
+
+One definition each, so that a report table, a terminal line and a CI comment print the same figure
+the same way. Imports nothing heavy: `compare` and `report` use it without loading torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DASH = "—"  # what a table shows for a figure that was not measured
+MIB = 2**20
+
+
+def missing(value: Any) -> bool:
+    """None or NaN (pandas turns a missing figure into NaN; JSON wrote NaN as null)."""
+    if value is None:
+        return True
+    try:
+        return math.isnan(value)
+    except TypeError:  # strings, lists, dicts: present
+        return False
+
+
+def present(value: Any) -> bool:
+    return not missing(value)
+
+
+def percent(value: Any, *, digits: int = 1, signed: bool = False, missing_text: str = DASH) -> str:
+    """A fraction as a percentage: 0.1234 -> "12.3%" (signed: "+12.3%"). A value that rounds to zero
+    prints as 0, never as -0.0; an infinite change prints as "+inf%"."""
+    if missing(value):
+        return missing_text
+    number = float(value)
+    if math.isinf(number):
+        return "+inf%" if number > 0 else "-inf%"
+    pct = round(number * 100, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return f"{pct:+.{digits}f}%" if signed else f"{pct:.{digits}f}%"
+
+
+def mib(value: Any, *, digits: int = 1, unit: bool = False, missing_text: str = DASH) -> str:
+    """Bytes in MiB, e.g. "12.5" (or "12.5 MiB" with `unit`)."""
+    if missing(value):
+        return missing_text
+    text = f"{float(value) / MIB:.{digits}f}"
+    return f"{text} MiB" if unit else text
+
+
+def human_bytes(value: Any, *, missing_text: str = "n/a") -> str:
+    """Bytes in the largest binary unit that keeps the figure readable: "512 B", "3.2 KiB", "1.5 GiB"."""
+    if missing(value):
+        return missing_text
+    n = float(value)
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def last_line(text: Any, default: str = "") -> str:
+    """The last non-blank line of an error: for a traceback, the exception and its message."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else default

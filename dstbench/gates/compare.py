@@ -1,0 +1,350 @@
+"""`dstbench compare BASELINE_RUN CURRENT_RUN`: the run-to-run regression gate.
+
+Cases are matched by suite hash, method and density. Time is judged from the raw segment samples:
+a case regresses only when the ratio of medians (current / baseline) crosses the threshold *and* a
+two-sided Mann-Whitney U test says the samples differ, so a noisy machine's jitter does not fail a
+build. Memory is judged from exact figures (allocator peak where both runs have it, training-state
+and activation bytes always) against its own threshold, with no test: byte counts do not jitter.
+
+Exit codes: 0 no regression, 1 a regression, 2 unusable input (missing files, no matching cases,
+or, with --strict, runs from different environments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import mannwhitneyu
+from tabulate import tabulate
+
+from dstbench.cases import case_id
+from dstbench.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from dstbench.fmt import percent
+from dstbench.results import iter_results, segment_samples
+from dstbench.rundir import RESULTS_FILE, RunDirError, load_run_meta, require_results
+
+# Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
+MEMORY_METRICS = (("peak_memory_bytes", "peak"), ("state_bytes", "state"), ("activation_bytes", "activation"))
+# What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
+# and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
+ENV_KEYS = (
+    ("device_type", "device"), ("device_name", "GPU/CPU model"), ("torch", "torch version"), ("timm", "timm version"),
+)
+
+Key = tuple[str, str, float]
+
+
+class CompareInputError(Exception):
+    """The runs cannot be compared (exit 2)."""
+
+
+@dataclasses.dataclass
+class Side:
+    """One run folder: its metadata and its last result line per (suite hash, method, density)."""
+
+    path: Path
+    meta: dict[str, Any]
+    cases: dict[Key, dict[str, Any]]
+
+
+@dataclasses.dataclass
+class TimeVerdict:
+    baseline_ms: float
+    current_ms: float
+    ratio: float  # median(current) / median(baseline): above 1 is slower
+    p_value: float
+    verdict: str  # "regression", "improvement" or "unchanged"
+    note: str = ""
+
+
+@dataclasses.dataclass
+class MemoryVerdict:
+    metric: str
+    baseline: int
+    current: int
+    change: float  # current / baseline - 1 (inf when the baseline was 0)
+    verdict: str
+
+
+@dataclasses.dataclass
+class CaseComparison:
+    key: Key
+    baseline_status: str
+    current_status: str
+    time: TimeVerdict | None = None
+    memory: list[MemoryVerdict] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def case(self) -> str:
+        return case_id(self.key[1], self.key[2])
+
+    def _parts(self, verdict: str) -> list[str]:
+        parts = [m.metric for m in self.memory if m.verdict == verdict]
+        if self.time is not None and self.time.verdict == verdict:
+            parts.insert(0, "time")
+        return parts
+
+    @property
+    def regressions(self) -> list[str]:
+        # A case that ran before and fails now is the worst regression there is.
+        status = [f"status {self.current_status}"] if self.baseline_status == "ok" != self.current_status else []
+        return status + self._parts("regression")
+
+    @property
+    def improvements(self) -> list[str]:
+        status = [f"status {self.baseline_status} -> ok"] if self.current_status == "ok" != self.baseline_status else []
+        return status + self._parts("improvement")
+
+
+@dataclasses.dataclass
+class Comparison:
+    baseline: Side
+    current: Side
+    cases: list[CaseComparison]
+    only_baseline: list[Key]
+    only_current: list[Key]
+    env_differences: list[str]
+    settings: dict[str, Any]
+
+    @property
+    def regressed(self) -> list[CaseComparison]:
+        return [c for c in self.cases if c.regressions]
+
+    @property
+    def improved(self) -> list[CaseComparison]:
+        return [c for c in self.cases if c.improvements]
+
+
+def _key(line: dict[str, Any]) -> Key:
+    # Densities are floats written by the same code; rounding guards against 0.1 vs 0.1000000001.
+    return (str(line.get("suite_hash")), str(line.get("method")), round(float(line.get("density") or 0.0), 6))
+
+
+def load_side(path: str | Path) -> Side:
+    """Read a run folder; `CompareInputError` when it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CompareInputError(f"{path}: not a run folder")
+    try:
+        require_results([path])
+        meta = load_run_meta(path, required=True)
+    except RunDirError as exc:
+        raise CompareInputError(str(exc)) from None
+    cases: dict[Key, dict[str, Any]] = {}
+    for line in iter_results(path):
+        cases[_key(line)] = line  # a later line for the same case wins, as in the reports
+    if not cases:
+        raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
+    return Side(path, meta, cases)
+
+
+def run_env(side: Side) -> dict[str, str]:
+    """The environment the run's cases report, per key; several values are joined with ' | '."""
+    env: dict[str, str] = {}
+    for key, _ in ENV_KEYS:
+        values = sorted({str(line.get("env", {}).get(key)) for line in side.cases.values() if line.get("env")})
+        env[key] = " | ".join(values) if values else "unknown"
+    return env
+
+
+def env_differences(baseline: Side, current: Side) -> list[str]:
+    base, cur = run_env(baseline), run_env(current)
+    return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if base[key] != cur[key]]
+
+
+def min_p_value(n_baseline: int, n_current: int) -> float:
+    """The smallest two-sided p the exact Mann-Whitney U test can reach with these sample sizes."""
+    return min(1.0, 2.0 / math.comb(n_baseline + n_current, n_baseline))
+
+
+def compare_time(base: list[float], cur: list[float], threshold_pct: float, alpha: float) -> TimeVerdict:
+    base_ms, cur_ms = float(np.median(base)), float(np.median(cur))
+    ratio = cur_ms / base_ms if base_ms > 0 else math.inf
+    p_value = float(mannwhitneyu(cur, base, alternative="two-sided").pvalue)
+    significant = p_value < alpha
+    limit = threshold_pct / 100.0
+    verdict = "unchanged"
+    if ratio > 1.0 + limit and significant:
+        verdict = "regression"
+    elif ratio < 1.0 - limit and significant:
+        verdict = "improvement"
+    note = ""
+    if min_p_value(len(base), len(cur)) >= alpha:
+        # Say so: otherwise a gate that can never fire looks like a passing one.
+        note = f"{len(base)} vs {len(cur)} samples cannot reach p < {alpha:g}; time is not gated"
+    return TimeVerdict(base_ms, cur_ms, ratio, p_value, verdict, note)
+
+
+def compare_memory(metric: str, base: int, cur: int, threshold_pct: float) -> MemoryVerdict:
+    if base == cur:
+        change = 0.0
+    else:
+        change = (cur - base) / base if base else math.inf
+    verdict = "unchanged"
+    if change * 100.0 > threshold_pct:
+        verdict = "regression"
+    elif change * 100.0 < -threshold_pct:
+        verdict = "improvement"
+    return MemoryVerdict(metric, int(base), int(cur), change, verdict)
+
+
+def compare_case(
+    key: Key, base: dict[str, Any], cur: dict[str, Any], *, time_threshold: float, memory_threshold: float,
+    alpha: float, memory_only: bool,
+) -> CaseComparison:
+    result = CaseComparison(key, str(base.get("status")), str(cur.get("status")))
+    if base.get("params") != cur.get("params"):
+        result.notes.append("method parameters differ")
+    if result.baseline_status != "ok" or result.current_status != "ok":
+        return result
+    if not memory_only:
+        # NaN segment times were written as null; they carry no evidence either way.
+        base_ms, cur_ms = segment_samples(base.get("segment_ms")), segment_samples(cur.get("segment_ms"))
+        if base_ms and cur_ms:
+            result.time = compare_time(base_ms, cur_ms, time_threshold, alpha)
+            if result.time.note:
+                result.notes.append(result.time.note)
+        else:
+            result.notes.append("no segment samples; time not compared")
+    for field, label in MEMORY_METRICS:
+        if base.get(field) is not None and cur.get(field) is not None:
+            result.memory.append(compare_memory(label, base[field], cur[field], memory_threshold))
+        elif field != "peak_memory_bytes" and (base.get(field) is None) != (cur.get(field) is None):
+            result.notes.append(f"{label} bytes measured on one side only")
+    return result
+
+
+def _hashes(side: Side) -> str:
+    return ", ".join(sorted({k[0] for k in side.cases}))
+
+
+def compare_runs(
+    baseline: Side, current: Side, *, time_threshold: float = 10.0, memory_threshold: float = 1.0,
+    alpha: float = 0.05, memory_only: bool = False,
+) -> Comparison:
+    """Match the two runs' cases and judge each; `CompareInputError` when no case matches."""
+    common = [k for k in baseline.cases if k in current.cases]
+    if not common:
+        raise CompareInputError(
+            "no case matches (same suite hash, method and density) between the runs: "
+            f"baseline suite hash {_hashes(baseline)}, current {_hashes(current)}; a changed suite "
+            "setting (model, data, batch, optimizer, precision, timing, seed, device) needs a new baseline"
+        )
+    cases = [
+        compare_case(
+            k, baseline.cases[k], current.cases[k], time_threshold=time_threshold,
+            memory_threshold=memory_threshold, alpha=alpha, memory_only=memory_only,
+        )
+        for k in sorted(common, key=lambda k: (k[0], -k[2], k[1]))
+    ]
+    return Comparison(
+        baseline=baseline,
+        current=current,
+        cases=cases,
+        only_baseline=sorted(k for k in baseline.cases if k not in current.cases),
+        only_current=sorted(k for k in current.cases if k not in baseline.cases),
+        env_differences=env_differences(baseline, current),
+        settings={
+            "time_threshold": time_threshold, "memory_threshold": memory_threshold,
+            "alpha": alpha, "memory_only": memory_only,
+        },
+    )
+
+
+# -- rendering -------------------------------------------------------------------------------------
+def _time_cell(t: TimeVerdict | None) -> str:
+    if t is None:
+        return "—"
+    return f"{t.baseline_ms:.1f} -> {t.current_ms:.1f} ms ({t.ratio:.3f}x, p={t.p_value:.3g})"
+
+
+def _memory_cell(c: CaseComparison, metric: str) -> str:
+    for m in c.memory:
+        if m.metric == metric:
+            return f"{m.current:,} ({percent(m.change, digits=2, signed=True)})" if m.change else f"{m.current:,} (=)"
+    return "—"
+
+
+def _verdict_cell(c: CaseComparison) -> str:
+    if c.regressions:
+        return "REGRESSION: " + ", ".join(c.regressions)
+    if c.improvements:
+        return "improved: " + ", ".join(c.improvements)
+    if c.baseline_status != "ok" or c.current_status != "ok":
+        return f"not compared ({c.baseline_status} -> {c.current_status})"
+    return "ok"
+
+
+def table(comparison: Comparison, fmt: str = "simple") -> str:
+    """One row per matched case; `fmt` is a tabulate format ("simple", "github")."""
+    memory_only = comparison.settings["memory_only"]
+    with_peak = any(m.metric == "peak" for c in comparison.cases for m in c.memory)
+    headers = ["case"] + ([] if memory_only else ["time (median per segment)"])
+    headers += (["peak bytes"] if with_peak else []) + ["state bytes", "activation bytes", "verdict", "notes"]
+    rows = []
+    for c in comparison.cases:
+        row = [c.case] + ([] if memory_only else [_time_cell(c.time)])
+        row += ([_memory_cell(c, "peak")] if with_peak else [])
+        row += [_memory_cell(c, "state"), _memory_cell(c, "activation"), _verdict_cell(c), "; ".join(c.notes)]
+        rows.append(row)
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
+def render(comparison: Comparison, *, strict: bool = False, markdown: bool = False) -> str:
+    """The whole report: settings, environment warnings, the table, one-sided cases, a summary."""
+    s = comparison.settings
+    gates = f"memory +/-{s['memory_threshold']:g}%"
+    if not s["memory_only"]:
+        gates = f"time +/-{s['time_threshold']:g}% and Mann-Whitney p < {s['alpha']:g}; " + gates
+    lines = [("## " if markdown else "") + "dstbench compare", ""]
+    for label, side in (("baseline", comparison.baseline), ("current", comparison.current)):
+        where = f"`{side.path}`" if markdown else str(side.path)
+        lines.append(f"{'- ' if markdown else ''}{label}: {where} (commit {side.meta.get('commit') or 'unknown'})")
+    lines += [f"{'- ' if markdown else ''}gates: {gates}", ""]
+    for difference in comparison.env_differences:
+        lines.append(f"{'ERROR' if strict else 'WARNING'}: {difference}")
+    if comparison.env_differences:
+        lines.append("")
+    lines.append(table(comparison, "github" if markdown else "simple"))
+    for label, keys in (("only in baseline", comparison.only_baseline), ("only in current", comparison.only_current)):
+        if keys:
+            lines += ["", f"{label} (not compared): " + ", ".join(f"{case_id(k[1], k[2])} [suite {k[0]}]" for k in keys)]
+    regressed, improved = comparison.regressed, comparison.improved
+    lines += [
+        "",
+        f"{len(comparison.cases)} cases compared: {len(regressed)} regressed, {len(improved)} improved"
+        + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def exit_code(comparison: Comparison, strict: bool) -> int:
+    if strict and comparison.env_differences:
+        return EXIT_USAGE  # the figures are not comparable, so neither verdict can be trusted
+    return EXIT_FAILED if comparison.regressed else EXIT_OK
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of `dstbench compare` (see cli.py for the arguments)."""
+    try:
+        if args.time_threshold < 0 or args.memory_threshold < 0 or not 0 < args.alpha < 1:
+            raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
+        comparison = compare_runs(
+            load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
+            memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
+        )
+    except CompareInputError as exc:
+        print(f"dstbench compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(render(comparison, strict=args.strict), end="")
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(render(comparison, strict=args.strict, markdown=True))
+    return exit_code(comparison, args.strict)

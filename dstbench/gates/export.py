@@ -1,0 +1,139 @@
+"""`dstbench export RUN_DIR --pytest-benchmark FILE`: a run in pytest-benchmark's JSON format.
+
+One benchmark per ok case. A timed segment is one pytest-benchmark round of `segment_steps`
+iterations, so the stats are per training step in seconds, computed by pytest-benchmark's own
+`Stats` class from the raw segment samples (the same figures `pytest-benchmark compare` and its
+histograms would compute). Everything else in the result line goes to `extra_info`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest_benchmark
+from pytest_benchmark.stats import Stats
+
+from dstbench.cases import case_id as make_case_id
+from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.results import iter_results, segment_samples
+from dstbench.rundir import SUITE_FILE, RunDirError, load_run_meta, require_results
+
+
+def benchmark_stats(segment_ms: list[float], segment_steps: int) -> dict[str, Any]:
+    """pytest-benchmark's `stats` block: per-step seconds of each segment, `iterations` steps each."""
+    stats = Stats()
+    for ms in segment_ms:
+        stats.update(float(ms) / 1e3 / segment_steps)
+    block = stats.as_dict()
+    block["data"] = list(stats.data)
+    block["iterations"] = segment_steps
+    return block
+
+
+def benchmark_entry(line: dict[str, Any], suite_path: str) -> dict[str, Any]:
+    """One result line as one benchmark: `suite::method@density`, grouped by suite."""
+    case_id = line.get("case_id") or make_case_id(line["method"], line["density"])
+    steps = int(line.get("segment_steps") or 1)
+    device_type = (line.get("env") or {}).get("device_type") or str(line.get("device") or "").split(":")[0]
+    return {
+        "group": line.get("suite"),
+        "name": f"{line.get('suite')}[{case_id}]",
+        "fullname": f"{suite_path}::{line.get('suite')}[{case_id}]",
+        "params": {"method": line.get("method"), "density": line.get("density")},
+        "param": case_id,
+        "extra_info": {k: v for k, v in line.items() if k != "segment_ms"},
+        "options": {
+            "disable_gc": False,
+            # The device's own clock: CUDA events on a GPU, perf_counter on the CPU.
+            "timer": "cuda_event" if device_type == "cuda" else "perf_counter",
+            "min_rounds": len(line["segment_ms"]),
+            "max_time": None,
+            "min_time": None,
+            "warmup": True,  # every dstbench case runs warmup steps before its timed segments
+        },
+        "stats": benchmark_stats(line["segment_ms"], steps),
+    }
+
+
+def _system(platform_string: str) -> tuple[str, str]:
+    # dstbench records platform.platform(), e.g. "Linux-6.1.0-x86_64-with-glibc2.36".
+    parts = platform_string.split("-")
+    return (parts[0], parts[1]) if len(parts) > 1 else (platform_string, "")
+
+
+def machine_info(env: dict[str, Any]) -> dict[str, Any]:
+    """pytest-benchmark's machine_info keys, filled from the dstbench environment record."""
+    system, release = _system(str(env.get("platform") or ""))
+    return {
+        "node": env.get("hostname") or "",
+        "processor": env.get("cpu_model") or "",
+        "machine": env.get("device_name") or "",
+        "python_compiler": "",
+        "python_implementation": env.get("python_implementation") or "",
+        "python_implementation_version": env.get("python") or "",
+        "python_version": env.get("python") or "",
+        "python_build": [],
+        "release": release,
+        "system": system,
+        "cpu": {"brand_raw": env.get("cpu_model") or "", "count": env.get("cpu_count")},
+        # Not pytest-benchmark's: what dstbench's gates compare (device, GPU, torch, CUDA, driver).
+        "dstbench": {k: env.get(k) for k in ("device_type", "device_name", "torch", "cuda", "driver", "timm")},
+    }
+
+
+def export_run(run_dir: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """The pytest-benchmark document of a run, and the case ids left out (not ok, no samples)."""
+    run_dir = Path(run_dir)
+    meta = load_run_meta(run_dir)
+    suite_path = str(meta.get("suite_path") or run_dir / SUITE_FILE)
+    benchmarks, skipped, env = [], [], {}
+    for line in iter_results(run_dir):
+        # A case with a null (NaN) sample is left out whole: its rounds would not be its segments.
+        samples = segment_samples(line.get("segment_ms"))
+        if line.get("status") != "ok" or len(samples) != len(line.get("segment_ms") or []) or not samples:
+            skipped.append(f"{line.get('case_id')} ({line.get('status')})")
+            continue
+        env = env or dict(line.get("env") or {})
+        benchmarks.append(benchmark_entry(line, suite_path))
+    document = {
+        "machine_info": machine_info(env),
+        "commit_info": {
+            "id": meta.get("commit") or "unversioned",
+            "time": None,
+            "author_time": None,
+            "dirty": bool(meta.get("dirty")),
+            "project": "dstbench",
+            "branch": "(unknown)",
+        },
+        "benchmarks": benchmarks,
+        "datetime": meta.get("created") or dt.datetime.now(dt.timezone.utc).isoformat(),
+        "version": pytest_benchmark.__version__,
+    }
+    return document, skipped
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of `dstbench export` (see cli.py for the arguments)."""
+    run_dir = Path(args.run_dir)
+    try:
+        require_results([run_dir])
+    except RunDirError as exc:
+        print(f"dstbench export: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    document, skipped = export_run(run_dir)
+    for case in skipped:
+        print(f"dstbench export: left out {case}: no timed samples", file=sys.stderr)
+    if not document["benchmarks"]:
+        # pytest-benchmark cannot show an empty file; say so rather than write one.
+        print(f"dstbench export: {run_dir}: no ok case with segment samples", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.pytest_benchmark)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"wrote {len(document['benchmarks'])} benchmarks to {out}")
+    return EXIT_OK

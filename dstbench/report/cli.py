@@ -1,0 +1,86 @@
+"""`dstbench report RUN_DIR... [--html FILE] [--markdown FILE] [--reference METHOD]`.
+
+Prints the tables on the terminal unless `--html` is given; writes the HTML and Markdown reports
+when asked. Exit codes: 0 written, 2 unusable input (no run folder, no result line, unknown
+reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.report.derive import data_loading, derive, headline, load_frame
+from dstbench.rundir import RunDirError, require_results, run_reference
+
+
+def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | None) -> tuple[str | None, str]:
+    """The reference to compare against and, when none can be used, why."""
+    methods = list(pd.unique(frame["method"]))
+    if requested:
+        return (requested, "") if requested in methods else (None, f"--reference {requested!r} is not among the methods ({', '.join(map(str, methods))})")
+    found = [r for r in (run_reference(d) for d in run_dirs) if r]
+    if found and found[0] in methods:
+        if len(set(found)) > 1:
+            print(f"runs name different references ({', '.join(sorted(set(found)))}); comparing against {found[0]}", file=sys.stderr)
+        return found[0], ""
+    return ("dense", "") if "dense" in methods else (str(methods[0]), "")
+
+
+def headline_text(derived: pd.DataFrame) -> str:
+    h = headline(derived)
+    lines = []
+    if h["speedup"]:
+        s = h["speedup"]
+        lines.append(
+            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
+            f"95% CI [{s['ci_low']:.2f}, {s['ci_high']:.2f}])"
+        )
+    if h["memory"]:
+        m = h["memory"]
+        lines.append(f"best memory reduction vs {h['reference']}: {m['value'] * 100:.1f}% ({m['method']} at density {m['density']:g}, {m['basis']})")
+    lines.append(f"cases: {h['cases'] - h['failed']} of {h['cases']} ok" + (f", {h['failed']} failed" if h["failed"] else ""))
+    loading = data_loading(derived)
+    if loading:
+        lines.append(f"data loading: {' | '.join(loading)}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    from dstbench.report.html import build_page, render_markdown, write_report
+    from dstbench.report.sections import render_sections
+    from dstbench.report.tables import render_text
+
+    run_dirs = [str(d) for d in args.run_dirs]
+    try:
+        require_results(run_dirs)
+    except RunDirError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    frame = load_frame(run_dirs)
+    if frame.empty:
+        print(f"no result lines in {', '.join(run_dirs)}", file=sys.stderr)
+        return EXIT_USAGE
+    reference, problem = choose_reference(frame, run_dirs, getattr(args, "reference", None))
+    if reference is None:
+        print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    derived = derive(frame, reference)
+
+    if not args.html:
+        print(headline_text(derived) + "\n")
+        print(render_text(render_sections(derived, images=False, terminal_only=True)))
+    if args.markdown:
+        path = Path(args.markdown)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_markdown(build_page(derived, run_dirs, images=False, output_dir=path.parent)), encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    if args.html:
+        write_report(derived, run_dirs, args.html)
+        print(headline_text(derived))
+        print(f"wrote {args.html}", file=sys.stderr)
+    return EXIT_OK

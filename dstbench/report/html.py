@@ -1,0 +1,136 @@
+"""The self-contained HTML report (and its Markdown sibling) from derived results.
+
+Pages are rendered by jinja2 templates in `dstbench/report/templates/` with autoescaping on, so
+every string from a result line or a suite reaches the page as text. Plots are embedded as
+data: URIs and the page's Content-Security-Policy forbids every other source, so opening a
+report makes no network request.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from dstbench.report.derive import data_loading, headline
+from dstbench.report.sections import Rendered, render_sections
+from dstbench.report.tables import render_table, run_label
+from dstbench.rundir import SUITE_FILE, load_run_meta
+
+
+@dataclass
+class Link:
+    label: str
+    href: str
+
+
+@dataclass
+class RunInfo:
+    """One run folder as a report names it: its label, `run.json`, and the suite as run."""
+
+    label: str
+    meta: dict[str, Any]
+    suite_text: str | None
+
+
+@dataclass
+class Page:
+    """Everything a report template shows; `nav` and `files` are filled in by `publish`."""
+
+    title: str
+    runs: list[RunInfo]
+    headline: dict[str, Any]
+    sections: list[Rendered]
+    devices: list[str]
+    version: str
+    data_loading: list[str] = field(default_factory=list)
+    nav: list[Link] = field(default_factory=list)
+    files: list[Link] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=2)
+def environment(autoescape: bool = True) -> jinja2.Environment:
+    """Templates load from the installed package; Markdown is rendered without HTML escaping."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dstbench.report", "templates"),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["run_label"] = run_label
+    env.filters["tabulate"] = render_table
+    return env
+
+
+def dstbench_version() -> str:
+    try:
+        return importlib.metadata.version("dstbench")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def read_runs(run_dirs: list[str | Path]) -> list[RunInfo]:
+    runs = []
+    for run_dir in run_dirs:
+        suite_path = Path(run_dir) / SUITE_FILE
+        text = suite_path.read_text(encoding="utf-8") if suite_path.exists() else None
+        runs.append(RunInfo(run_label(run_dir), load_run_meta(run_dir), text))
+    return runs
+
+
+def devices(derived: pd.DataFrame) -> list[str]:
+    """Distinct devices of the run, e.g. 'NVIDIA L40S (cuda)'."""
+    if "env" not in derived:
+        return []
+    names = []
+    for env in derived["env"]:
+        if isinstance(env, dict) and env.get("device_name"):
+            names.append(f"{env['device_name']} ({env.get('device_type') or '?'})")
+    return list(dict.fromkeys(names))
+
+
+def build_page(
+    derived: pd.DataFrame, run_dirs: list[str | Path], *, images: bool = True, output_dir: str | Path | None = None
+) -> Page:
+    """Everything a report page shows. `output_dir` is where the page will be written: sections
+    that link files find it in `derived.attrs["output_dir"]` to make their links relative."""
+    derived.attrs["output_dir"] = str(output_dir) if output_dir is not None else None
+    runs = read_runs(run_dirs)
+    suites = list(dict.fromkeys(str(s) for s in derived["suite"])) if "suite" in derived else []
+    return Page(
+        title="dstbench report: " + (", ".join(suites) or ", ".join(r.label for r in runs)),
+        runs=runs,
+        headline=headline(derived),
+        sections=render_sections(derived, images=images),
+        devices=devices(derived),
+        version=dstbench_version(),
+        data_loading=data_loading(derived),
+    )
+
+
+def render_html(page: Page) -> str:
+    return environment(True).get_template("report.html.j2").render(page=page, nav=page.nav, version=page.version)
+
+
+def render_markdown(page: Page) -> str:
+    fence = "```"
+    for run in page.runs:
+        # A fence longer than any backtick run inside the suite keeps the block closed where it should.
+        while run.suite_text and fence in run.suite_text:
+            fence += "`"
+    return environment(False).get_template("report.md.j2").render(page=page, fence=fence)
+
+
+def write_report(derived: pd.DataFrame, run_dirs: list[str | Path], path: str | Path) -> Path:
+    """Render the HTML report of `derived` into `path` (its folder is created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(build_page(derived, run_dirs, output_dir=path.parent)), encoding="utf-8")
+    return path

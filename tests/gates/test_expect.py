@@ -1,0 +1,172 @@
+"""Suite expectations: each passes or fails with the case and by how much; `dstbench check` exits 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dstbench.cli import main
+from dstbench.config import SuiteError, parse_suite
+from dstbench.gates.expect import check_expectations, describe
+from tests.conftest import micro_suite
+from tests.gates.synthetic import BASE_MS, line, scaled, write_run
+
+# Labels of the one built-in method stand in for the methods being gated (only names matter here).
+METHODS = [{"name": "dense"}] + [{"name": "dense", "label": m} for m in ("rigl", "barter", "set")]
+
+
+def _suite(expect: list[dict[str, Any]], reference: str = "rigl") -> dict[str, Any]:
+    return micro_suite(methods=METHODS, densities=[0.1, 0.5], reference=reference, expect=expect)
+
+
+def _lines() -> list[dict[str, Any]]:
+    """rigl at 100 ms, barter 4x faster with 20% of its memory, set as slow as rigl."""
+    return [
+        line("dense", 1.0, segment_ms=scaled(BASE_MS, 0.9), state_bytes=4_000_000, activation_bytes=1_000_000, top1=0.80),
+        line("rigl", 0.1, state_bytes=4_000_000, activation_bytes=1_000_000, top1=0.70),
+        line("barter", 0.1, segment_ms=scaled(BASE_MS, 0.25), state_bytes=800_000, activation_bytes=200_000,
+             density_achieved=0.1005, top1=0.74),
+        line("set", 0.1, state_bytes=4_000_000, activation_bytes=1_000_000, density_achieved=0.13, top1=0.69),
+    ]
+
+
+def _check(expect: list[dict[str, Any]], lines: list[dict[str, Any]] | None = None, reference: str = "rigl") -> list:
+    suite = parse_suite(_suite(expect, reference))
+    frame = pd.DataFrame([{**x, "run": "r"} for x in (lines or _lines())])
+    return check_expectations(suite, frame)
+
+
+def _lines_of(outcomes: list) -> list[str]:
+    return [describe(o, "rigl") for o in outcomes]
+
+
+def test_speedup_passes_and_fails_by_how_much() -> None:
+    [ok] = _check([{"metric": "speedup", "method": "barter", "vs": "rigl", "density": 0.1, "min": 3.0}])
+    assert ok.passed and ok.value == pytest.approx(4.0)
+    [bad] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 5.0}])
+    assert not bad.passed
+    assert _lines_of([bad]) == ["FAIL  speedup barter@0.1 vs rigl: 4 < min 5 (short by 1)"]
+
+
+def test_memory_reduction_and_max_bound() -> None:
+    [ok] = _check([{"metric": "memory_reduction", "method": "barter", "density": 0.1, "min": 0.75}])
+    assert ok.passed and ok.value == pytest.approx(0.8)
+    [bad] = _check([{"metric": "state_ratio", "method": "barter", "density": 0.1, "max": 0.1}])
+    assert not bad.passed and "0.2 > max 0.1 (over by 0.1)" in bad.message
+
+
+def test_density_achieved_tolerance_over_every_method() -> None:
+    outcomes = _check([{"metric": "density_achieved", "method": "*", "tolerance": 0.01}])
+    by_case = {o.case: o for o in outcomes}
+    assert set(by_case) == {"dense@1", "rigl@0.1", "barter@0.1", "set@0.1"}  # the reference too
+    assert by_case["barter@0.1"].passed
+    assert not by_case["set@0.1"].passed
+    assert by_case["set@0.1"].message == "achieved 0.1300, target 0.1, |error| 0.0300 > 0.01"
+
+
+def test_wildcard_skips_cases_without_a_comparison_partner() -> None:
+    outcomes = _check([{"metric": "speedup", "method": "*", "min": 0.5}])
+    # rigl is the reference (not gated against itself); dense@1 has no rigl@1 to compare with.
+    assert sorted(o.case for o in outcomes) == ["barter@0.1", "set@0.1"]
+    assert all(o.passed for o in outcomes)
+
+
+def test_named_case_without_reference_fails() -> None:
+    [bad] = _check([{"metric": "speedup", "method": "dense", "min": 0.5}])
+    assert not bad.passed and bad.message == "no ok rigl case at density 1 to compare with"
+
+
+def test_top1_drop_is_against_dense_by_default() -> None:
+    [drop] = _check([{"metric": "top1_drop", "method": "barter", "max": 0.05}])
+    assert drop.value == pytest.approx(0.06)
+    assert not drop.passed  # 0.80 - 0.74 = 0.06 > 0.05
+    assert _lines_of([drop])[0].startswith("FAIL  top1_drop barter@0.1 vs dense: 0.06 > max 0.05")
+    # top1 is absolute: the suite's reference is gated too.
+    outcomes = _check([{"metric": "top1", "method": "*", "min": 0.7}])
+    assert {o.case: o.passed for o in outcomes} == {"dense@1": True, "rigl@0.1": True, "barter@0.1": True, "set@0.1": False}
+
+
+def test_failed_case_and_missing_case_fail() -> None:
+    lines = _lines()
+    lines[2] = line("barter", 0.1, status="oom")
+    [oom] = _check([{"metric": "speedup", "method": "barter", "min": 3.0}], lines)
+    assert not oom.passed and oom.message == "case status is oom"
+    # A suite method and density that never ran (an interrupted run): nothing to gate is a failure.
+    [nothing] = _check([{"metric": "speedup", "method": "barter", "density": 0.5, "min": 3.0}])
+    assert not nothing.passed and nothing.message == "no case matches 'barter' at density 0.5"
+
+
+@pytest.mark.parametrize(
+    "expectation, key, fragment",
+    [
+        ({"metric": "speedup", "method": "chase", "min": 3.0}, "expect.0.method", "'chase' is not a method of the suite"),
+        ({"metric": "speedup", "method": "barter", "vs": "rigl2", "min": 3.0}, "expect.0.vs", "'rigl2' is not a method"),
+        ({"metric": "speedup", "method": "barter"}, "expect.0", "needs `min` and/or `max`"),
+        ({"metric": "speedup", "method": "barter", "min": 1, "tolerance": 0.1}, "expect.0.tolerance", "only for metric density_achieved"),
+        ({"metric": "speedup", "method": "barter", "density": 0.3, "min": 1}, "expect.0.density", "no case at 0.3 (densities: 0.1, 0.5, 1)"),
+        ({"metric": "density_achieved", "method": "*", "density": 1.5}, "expect.0.density", "outside (0, 1]"),
+    ],
+)
+def test_expectations_are_validated_with_the_suite(expectation: dict[str, Any], key: str, fragment: str) -> None:
+    with pytest.raises(SuiteError) as info:
+        parse_suite(_suite([expectation]), "s.yaml")
+    assert len(info.value.problems) == 1
+    assert str(info.value).startswith(f"s.yaml: {key}: ") and fragment in str(info.value), str(info.value)
+
+
+def test_globs_and_dense_at_1_are_valid_expectations() -> None:
+    parse_suite(_suite([{"metric": "speedup", "method": "b*", "density": 0.1, "min": 1},
+                        {"metric": "top1", "method": "dense", "density": 1.0, "min": 0.5},
+                        {"metric": "density_achieved", "method": "*"}]))
+
+
+def test_an_invalid_expectation_stops_the_run_before_any_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump(_suite([{"metric": "speedup", "method": "barter", "vs": "rgl", "min": 1}])))
+    assert main(["run", str(suite), "--out", str(tmp_path / "runs")]) == 2
+    assert f"{suite}: expect.0.vs: 'rgl' is not a method of the suite" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_memory_reduction_on_different_bases_fails_with_reason() -> None:
+    lines = _lines()
+    lines[2] = {**lines[2], "peak_memory_bytes": 123}  # allocator peak here, byte counts for rigl
+    [bad] = _check([{"metric": "memory_reduction", "method": "barter", "min": 0.5}], lines)
+    assert not bad.passed and "memory measured differently" in bad.message
+
+
+def _check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], expect: list[dict[str, Any]]) -> tuple[int, str]:
+    run = write_run(tmp_path / "run", _lines(), suite=_suite(expect))
+    code = main(["check", str(run)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_dstbench_check_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _check_cli(tmp_path, capsys, [{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.0}])
+    assert code == 0
+    assert "PASS  speedup barter@0.1 vs rigl: 4 >= 3" in output
+
+
+def test_dstbench_check_fails_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, output = _check_cli(
+        tmp_path, capsys,
+        [{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.0},
+         {"metric": "density_achieved", "method": "*", "tolerance": 0.01}],
+    )
+    assert code == 1
+    assert "FAIL  density_achieved set@0.1: achieved 0.1300, target 0.1, |error| 0.0300 > 0.01" in output
+    assert "1 of 5 expectations failed" in output
+
+
+def test_dstbench_check_of_unusable_run_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(tmp_path / "missing")]) == 2
+    run = write_run(tmp_path / "run", _lines(), suite=_suite([]))
+    (run / "suite.yaml").write_text("name: broken\nmethods: [nonexistent]\ndensities: [0.1]\n")
+    assert main(["check", str(run)]) == 2
+    assert "nonexistent" in capsys.readouterr().err

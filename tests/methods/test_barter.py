@@ -1,0 +1,324 @@
+"""BARTER as a method: exact budgets, live objects, a remapped step equal to the masked full-size
+step, checkpoints of a compact model, mixed precision, and learning on real (digits) data."""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import weakref
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dstbench
+from dstbench.compact.vit import compact_blocks, full_state_dict, scatter_units
+from dstbench.optim import build_optimizer
+from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
+
+
+def _barter(seed: int = 0, density: float = 0.3, optimizer: dict | None = None, **params: Any) -> dstbench.Method:
+    params = {"delta_t": 2, "drop_fraction": 0.5, **params}
+    return dstbench.create_method(
+        "barter", micro_vit(seed), density=density, total_steps=40, optimizer=optimizer or ADAMW, **params
+    )
+
+
+def _check_live_objects(method: dstbench.Method) -> None:
+    """Optimizer params are exactly the model's; state only for live params, at their shapes."""
+    params = list(method.model.parameters())
+    grouped = [p for group in method.optimizer.param_groups for p in group["params"]]
+    assert len(grouped) == len(params) and {id(p) for p in grouped} == {id(p) for p in params}
+    for param, state in method.optimizer.state.items():
+        assert any(param is p for p in params)
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and key != "step":
+                assert value.shape == param.shape, key
+
+
+def test_registered_as_compact_and_sized_at_construction() -> None:
+    assert "barter" in dstbench.list_methods() and dstbench.method_info("barter").kind == "compact"
+    method = _barter(density=0.3)  # 8 heads -> 2, 512 channels -> 154
+    assert method.topology() == [{"heads": 1, "hidden": 77}, {"heads": 1, "hidden": 77}]
+    assert method.budgets() == {"heads": 2, "hidden": 154}
+    full = 2 * (4 * 64 * 64 + 2 * 64 * 256)
+    assert method.density() == pytest.approx((2 * 4 * 64 * 16 + 154 * 2 * 64) / full)
+    assert set(method.method_buffers()) == {"head_importance", "channel_importance"}
+    with pytest.raises(TypeError):
+        _barter(bogus=1)
+
+
+def test_budgets_exact_and_nothing_stale_after_every_update() -> None:
+    method = _barter(density=0.4, delta_t=1, t_end=1.0, drop_fraction=0.6)
+    budgets = method.budgets()
+    caps = [(b.attn.max_heads, b.mlp.max_hidden) for b in compact_blocks(method.model)]
+    batches = micro_batches()
+    for step in range(12):
+        before = [weakref.ref(p) for p in method.model.parameters()]
+        stats = method.train_segment(batches, 1)
+        assert stats.topology_updates == 1
+        topo = method.topology()
+        assert sum(t["heads"] for t in topo) == budgets["heads"]
+        assert sum(t["hidden"] for t in topo) == budgets["hidden"]
+        for t, (max_heads, max_hidden), b in zip(topo, caps, compact_blocks(method.model)):
+            assert 0 <= t["heads"] <= max_heads and 0 <= t["hidden"] <= max_hidden
+            assert sorted(set(b.attn.slots)) == sorted(b.attn.slots) and len(b.mlp.slots) == t["hidden"]
+        _check_live_objects(method)
+        gc.collect()
+        live = {id(p) for p in method.model.parameters()}
+        assert all(ref() is None or id(ref()) in live for ref in before)  # replaced ones are gone
+    history = method.result_extras()["topology_history"]
+    assert [h["step"] for h in history] == list(range(13))
+    assert sum(h.get("cloned_hidden", 0) for h in history) > 0 and sum(h.get("cloned_heads", 0) for h in history) > 0
+    json.dumps(method.result_extras())
+    assert {"scoring", "prune_grow", "resize", "state_remap"} <= set(method.topology_detail_ms)
+    assert method.topology_updates == 12
+
+
+def test_exchange_size_follows_the_cosine_schedule() -> None:
+    method = _barter(density=0.5, delta_t=3, t_end=12, drop_fraction=0.3)
+    method.train_segment(micro_batches(), 12)
+    for entry in method.history[1:]:
+        assert entry["cloned_hidden"] == round(method.schedule.fraction(entry["step"]) * 256)
+    assert [h["step"] for h in method.history] == [0, 3, 6, 9]  # t_end (step 12) is exclusive
+
+
+def _full_twin(method: dstbench.Method, seed: int, spec: dict) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict]:
+    """The full-size model holding the compact units at their slots, and an optimizer of the same
+    spec whose state is the compact state written at the same places (zero elsewhere)."""
+    compact = method.model
+    full = micro_vit(seed)
+    full.load_state_dict(full_state_dict(compact))
+    expand: dict[str, Any] = {}
+    for i, block in enumerate(compact_blocks(compact)):
+        for part, module, units in (("attn", block.attn, block.attn.max_heads), ("mlp", block.mlp, block.mlp.max_hidden)):
+            names = {id(m): n for n, m in module.named_children()}
+            for axis in module.unit_axes():
+                key = f"blocks.{i}.{part}.{names[id(axis.module)]}.{axis.name}"
+                expand[key] = lambda t, axis=axis, module=module, units=units: scatter_units(t, axis, module.slots, units)
+    optimizer = build_optimizer(spec, full)
+    full_params = dict(full.named_parameters())
+    for name, param in compact.named_parameters():
+        state = method.optimizer.state.get(param)
+        if state:
+            grow = expand.get(name, lambda t: t.clone())
+            optimizer.state[full_params[name]] = {
+                k: (grow(v) if k != "step" else v.clone()) if isinstance(v, torch.Tensor) else v for k, v in state.items()
+            }
+    return full, optimizer, expand
+
+
+@pytest.mark.parametrize("spec", [SGD, ADAMW], ids=["sgd_momentum", "adamw"])
+def test_step_after_remap_equals_the_masked_full_step(spec: dict) -> None:
+    method = _barter(seed=5, density=0.3, optimizer=spec, delta_t=2, t_end=4, drop_fraction=1.0)
+    batches = micro_batches(seed=1)
+    method.train_segment(batches, 2)  # the update at step 2 prunes and clones
+    assert method.history[-1]["cloned_heads"] > 0 and method.history[-1]["cloned_hidden"] > 0
+    full, optimizer, expand = _full_twin(method, 5, spec)
+    x, y = next(batches)
+    method.train_step(x, y)  # step 3: no update
+    F.cross_entropy(full(x), y).backward()
+    compact_params = dict(method.model.named_parameters())
+    for name, param in full.named_parameters():
+        mine = compact_params[name]
+        if name in expand:  # mask: inactive units get no gradient (it is exactly zero anyway)
+            mask = expand[name](torch.ones_like(mine))
+            assert float((param.grad * (1 - mask)).abs().max()) == 0.0
+            param.grad.mul_(mask)
+    # What the compact model does not use at all (an empty unit kind, the norm in front of it) is
+    # masked whole: no gradient, so the optimizer leaves it (and its step count) alone.
+    unused = {n for n in compact_params if compact_params[n].numel() == 0 or not _used(method, n)}
+    for name in unused:
+        full.get_parameter(name).grad = None
+    optimizer.step()
+    full_params = dict(full.named_parameters())
+    for name, mine in method.model.named_parameters():
+        grow = expand.get(name, lambda t: t)
+        ours, theirs = grow(mine.detach()), full_params[name].detach()
+        if name.endswith("qkv.bias"):
+            # The key bias has an exactly-zero true gradient (softmax ignores a shift shared by all
+            # keys); Adam normalises the rounding noise both sides see into steps of up to lr.
+            ours, theirs = ours.view(3, -1).clone(), theirs.view(3, -1).clone()
+            torch.testing.assert_close(ours[1], theirs[1], rtol=0, atol=2 * spec["lr"], msg=name)
+            ours[1] = theirs[1] = 0
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+        for key, value in method.optimizer.state[mine].items():
+            theirs = optimizer.state[full_params[name]][key]
+            torch.testing.assert_close(grow(value) if key != "step" else value, theirs, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
+
+
+def _used(method: dstbench.Method, name: str) -> bool:
+    for i, block in enumerate(compact_blocks(method.model)):
+        if name.startswith(f"blocks.{i}.norm1.") and block.attn.num_heads == 0:
+            return False
+        if name.startswith(f"blocks.{i}.norm2.") and block.mlp.hidden == 0:
+            return False
+    return True
+
+
+def test_checkpoint_round_trips_a_compact_model() -> None:
+    first = _barter(seed=0, density=0.3)
+    data = [next(iter(micro_batches(seed=s))) for s in range(9)]
+    first.train_segment(iter(data[:5]), 5)  # updates at 2 and 4 reshape the blocks
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    second = _barter(seed=1, density=0.3)  # other initial weights, the initial shapes
+    assert second.topology() != first.topology()
+    second.load_state_dict(torch.load(buffer))
+    assert second.topology() == first.topology()
+    for a, b in zip(first.model.parameters(), second.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _check_live_objects(second)
+    stats = [m.train_segment(iter(data[5:]), 4) for m in (first, second)]  # updates at 6 and 8
+    assert stats[0].loss == stats[1].loss and first.topology() == second.topology()
+    for a, b in zip(first.model.parameters(), second.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_training_and_updates(precision: str) -> None:
+    method = _barter(density=0.3, precision=precision)
+    stats = method.train_segment(micro_batches(), 6)
+    assert stats.topology_updates == 3 and torch.isfinite(torch.tensor(stats.loss))
+    assert sum(t["hidden"] for t in method.topology()) == method.budgets()["hidden"]
+    scores = torch.cat([method.importance.heads, method.importance.channels])
+    assert bool(torch.isfinite(scores).all()) and float(scores.min()) >= 0.0
+    _check_live_objects(method)
+
+
+def _units(tensor: torch.Tensor, axis: Any) -> list[torch.Tensor]:
+    """The slices of `tensor` that belong to each unit of `axis`, one flat tensor per unit."""
+    shape = list(tensor.shape)
+    n = axis.units(tensor)
+    view = tensor.reshape(shape[: axis.axis] + [axis.groups, n, axis.unit_size] + shape[axis.axis + 1 :])
+    return [view.select(axis.axis + 1, u).flatten() for u in range(n)]
+
+
+def test_update_carries_the_optimizer_state_by_the_clone_rule() -> None:
+    """Through the method: survivors keep their state; a unit in k copies gives each copy 1/k of its
+    incoming exp_avg, 1/k**2 of exp_avg_sq and all of its outgoing state."""
+    method = _barter(seed=6, density=0.3, delta_t=2, t_end=4, drop_fraction=1.0, clone_noise=0.0)
+    snapshots: list[list[dict]] = []
+    update = method.update_topology
+
+    def recording_update(step: int) -> None:
+        snapshots.append(_unit_state(method))
+        update(step)
+
+    method.update_topology = recording_update  # type: ignore[method-assign]
+    method.train_segment(micro_batches(seed=3), 2)
+    assert method.history[-1]["cloned_heads"] > 0 and method.history[-1]["cloned_hidden"] > 0
+    before, after = snapshots[0], _unit_state(method)
+    extra_copies = 0
+    for old_block, new_block in zip(before, after):
+        for kind in ("heads", "hidden"):
+            old, new = old_block[kind], new_block[kind]
+            copies: dict[int, list[int]] = {}
+            for j, unit in enumerate(new):  # a copy keeps its source's incoming weights exactly
+                source = next(i for i, o in enumerate(old) if torch.equal(o["in"], unit["in"]))
+                copies.setdefault(source, []).append(j)
+            for source, js in copies.items():
+                k, o = len(js), old[source]
+                extra_copies += k - 1
+                torch.testing.assert_close(sum(new[j]["out"] for j in js), o["out"])
+                for j in js:
+                    torch.testing.assert_close(new[j]["in_avg"], o["in_avg"] / k, rtol=1e-6, atol=0)
+                    torch.testing.assert_close(new[j]["in_sq"], o["in_sq"] / k**2, rtol=1e-6, atol=0)
+                    torch.testing.assert_close(new[j]["out_avg"], o["out_avg"], rtol=0, atol=0)
+    assert extra_copies == method.history[-1]["cloned_heads"] + method.history[-1]["cloned_hidden"]
+
+
+def _unit_state(method: dstbench.Method) -> list[dict]:
+    state = method.optimizer.state
+    out = []
+    for block in compact_blocks(method.model):
+        entry = {}
+        for kind, module in (("heads", block.attn), ("hidden", block.mlp)):
+            weight_in, out_axis = module.unit_axes()[0], module.unit_axes()[-1]
+            w_in, w_out = weight_in.param.detach(), out_axis.param.detach()
+            s_in, s_out = state[weight_in.param], state[out_axis.param]
+            entry[kind] = [
+                {"in": a, "out": b, "in_avg": c, "in_sq": d, "out_avg": e}
+                for a, b, c, d, e in zip(
+                    _units(w_in, weight_in), _units(w_out, out_axis), _units(s_in["exp_avg"], weight_in),
+                    _units(s_in["exp_avg_sq"], weight_in), _units(s_out["exp_avg"], out_axis),
+                )
+            ]
+        out.append(entry)
+    return out
+
+
+def test_keeps_learning_digits_across_updates() -> None:
+    """scikit-learn's offline 8x8 digits: a micro ViT at density 0.5 learns through five updates,
+    and no update costs more than a sliver of held-out loss."""
+    from sklearn.datasets import load_digits
+
+    from dstbench.vit import create_vit
+
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 8.0 - 1.0
+    labels = torch.tensor(digits.target)
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    images, labels = images[order], labels[order]
+    train_x, train_y, test_x, test_y = images[:1400], labels[:1400], images[1400:], labels[1400:]
+    torch.manual_seed(0)
+    model = create_vit(
+        "vit_tiny_patch16_224", img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=64, depth=2, num_heads=4
+    )
+    method = dstbench.create_method(
+        "barter", model, density=0.5, total_steps=200, delta_t=25,
+        optimizer={"name": "adamw", "lr": 4e-3, "weight_decay": 0.05},
+    )
+
+    def evaluate() -> tuple[float, float]:
+        method.model.eval()
+        with torch.no_grad():
+            logits = method.model(test_x)
+        method.model.train()
+        return F.cross_entropy(logits, test_y).item(), (logits.argmax(1) == test_y).float().mean().item()
+
+    around_updates: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    update = method.update_topology
+
+    def measured_update(step: int) -> None:
+        before = evaluate()
+        update(step)
+        around_updates.append((before, evaluate()))
+
+    method.update_topology = measured_update  # type: ignore[method-assign]
+
+    def batches():
+        g = torch.Generator().manual_seed(1)
+        while True:
+            index = torch.randint(0, len(train_y), (64,), generator=g)
+            yield train_x[index], train_y[index]
+
+    method.train_segment(batches(), 200)
+    final_loss, final_accuracy = evaluate()
+    assert len(around_updates) == 5 and sum(h["cloned_hidden"] for h in method.history[1:]) > 0
+    for (loss_before, _), (loss_after, _) in around_updates:
+        assert loss_after - loss_before < 0.1  # prunes what matters least; clones change nothing
+    assert final_loss < 0.5 * around_updates[0][1][0]  # learning went on after the updates
+    assert final_accuracy > around_updates[-1][1][1] and final_accuracy > 0.6  # chance: 0.1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_no_host_sync_between_updates_on_cuda() -> None:
+    """Only update steps may synchronise with the host (bf16; fp16's GradScaler syncs by itself)."""
+    model = micro_vit(0).cuda()
+    method = dstbench.create_method(
+        "barter", model, density=0.3, total_steps=40, optimizer=ADAMW, precision="bf16", delta_t=4
+    )
+    x, y = (t.cuda() for t in next(micro_batches()))
+    method.train_step(x, y)  # first step: lazy optimizer state and kernels
+    for step in range(2, 10):
+        mode = "default" if method.update_due(step) else "error"
+        torch.cuda.set_sync_debug_mode(mode)
+        try:
+            method.train_step(x, y)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert method.topology_updates == 2 and next(method.model.parameters()).is_cuda

@@ -1,0 +1,104 @@
+"""Chase: channel removal on its cubic schedule with floors, global prune/grow, soft budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dstbench.registry import method_info
+from dstbench.sparse.channels import cubic_sparsity
+from dstbench.sparse.distributions import target_active
+from tests.conftest import ADAMW, micro_batches
+from tests.sparse.helpers import micro_method
+
+SLOW_SGD = {"name": "sgd", "lr": 1e-4, "momentum": 0.9}
+
+
+def test_defaults_follow_the_reference() -> None:
+    params = method_info("chase").cls.Params()
+    assert (params.delta_t, params.t_end, params.distribution) == (100, 0.75, "erk")
+    assert (params.death_rate, params.channel_sparsity, params.channel_floor) == (0.05, 0.5, 0.2)
+
+
+def test_channel_sparsity_follows_the_cubic_schedule_and_respects_floors() -> None:
+    method = micro_method("chase", ADAMW, density=0.2)
+    batches = micro_batches()
+    for step in range(1, 13):
+        method.train_segment(batches, 1)
+        if not method.update_due(step):
+            continue
+        target = cubic_sparsity(step, 0.5, 9)  # T: the last update (steps 3, 6, 9)
+        assert target > 0
+        assert method.channels.sparsity("ffn") == pytest.approx(1 - round((1 - target) * 512) / 512)
+        assert method.channels.sparsity("head") == pytest.approx(1 - round((1 - target) * 8) / 8)
+        for group in method.channels.groups:
+            assert int(group.keep.sum()) >= group.floor
+    assert method.result_extras()["channel_sparsity"]["ffn"] > 0.45
+
+
+def test_a_weak_block_is_cut_to_its_floor_and_the_rest_comes_from_the_others() -> None:
+    method = micro_method("chase", SLOW_SGD, density=0.2, channel_floor=0.5)
+    with torch.no_grad():
+        method.model.blocks[0].mlp.fc1.weight.mul_(1e-3)  # every unit of block 0 scores lowest
+    method.train_segment(micro_batches(), 12)
+    ffn = [g for g in method.channels.groups if g.kind == "ffn"]
+    floor = int(256 * 0.5 * 0.5)
+    assert [g.floor for g in ffn] == [floor, floor]
+    removed = 512 - round((1 - cubic_sparsity(9, 0.5, 9)) * 512)
+    assert int(ffn[0].keep.sum()) == floor
+    assert int(ffn[1].keep.sum()) == 256 - (removed - (256 - floor))
+
+
+def test_removed_channels_are_masked_rows_and_columns_and_never_regrown() -> None:
+    method = micro_method("chase", ADAMW, density=0.2)
+    method.train_segment(micro_batches(), 12)
+    masks = method.masks()
+    params = dict(method.model.named_parameters())
+    for group in method.channels.groups:
+        dead = ~group.keep
+        assert dead.any()
+        rows, cols = ~group.row_keep(), ~group.column_keep()
+        assert not masks[group.producer][rows].any() and not masks[group.consumer][:, cols].any()
+        assert torch.all(params[group.producer][rows] == 0) and torch.all(params[group.consumer][:, cols] == 0)
+        assert torch.all(params[group.producer_bias][rows] == 0)
+
+
+@pytest.mark.parametrize("death_rate", [0.05, 0.0])
+def test_budget_after_every_update(death_rate: float) -> None:
+    method = micro_method("chase", ADAMW, density=0.2, death_rate=death_rate)
+    total = sum(w.numel() for w in method.prunable().values())
+    batches = micro_batches()
+    for step in range(1, 13):
+        method.train_segment(batches, 1)
+        if method.update_due(step):
+            extra = 0.0 if step == 9 else death_rate * (1 + torch.cos(torch.tensor(torch.pi * step / 11)).item()) / 2
+            soft = target_active(total, 0.2 + extra)  # the last update (step 9) ends on the hard budget
+            assert sum(int(m.sum()) for m in method.masks().values()) == soft
+    if death_rate == 0.0:
+        assert method.density() == target_active(total, 0.2) / total
+
+
+def test_grows_by_global_dense_gradient_inside_live_channels() -> None:
+    method = micro_method("chase", ADAMW, density=0.2)
+    batches = micro_batches()
+    method.train_segment(batches, 5)
+    seen = {}
+    update = method.update_topology
+
+    def spy(step: int) -> None:
+        seen.update(grads={n: w.grad.clone() for n, w in method.mask_set.weights.items()}, before=method.masks())
+        update(step)
+
+    method.update_topology = spy  # type: ignore[method-assign]
+    method.train_segment(batches, 1)
+    after, before, grads = method.masks(), seen["before"], seen["grads"]
+    live = method.channels.live_masks()
+    assert any(torch.any(grads[n][~before[n]] != 0) for n in grads), "the update saw a masked gradient"
+    grown_min = min(grads[n][after[n] & ~before[n]].abs().min() for n in after if (after[n] & ~before[n]).any())
+    passed_over = max(grads[n][~after[n] & live[n].expand_as(after[n])].abs().max() for n in after)
+    assert grown_min >= passed_over
+
+
+def test_channel_sparsity_is_capped_so_the_soft_budget_fits() -> None:
+    assert micro_method("chase", ADAMW, density=0.1).channel_sparsity == 0.5
+    assert micro_method("chase", ADAMW, density=0.5).channel_sparsity == pytest.approx(0.45)

@@ -1,0 +1,120 @@
+"""The report and the published site in a real browser: Debian's chromium driven by playwright.
+
+Skipped where /usr/bin/chromium or the playwright package is missing (`.ci/run` installs both).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.report.conftest import HOSTILE
+
+CHROMIUM = Path("/usr/bin/chromium")
+playwright_api = pytest.importorskip("playwright.sync_api")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield browser
+        browser.close()
+
+
+class Watched:
+    """A page that records console errors, page errors and every request it makes; any request
+    to the network is refused."""
+
+    def __init__(self, browser: Any, **context: Any) -> None:
+        self.context = browser.new_context(**context)
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("request", lambda request: self.requests.append(request.url))
+        self.page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+
+    def _route(self, route: Any) -> None:
+        if route.request.url.startswith(("file:", "data:")):
+            route.continue_()
+        else:
+            route.abort()
+
+    def offsite(self) -> list[str]:
+        return [url for url in self.requests if not url.startswith(("file:", "data:"))]
+
+
+def test_report_in_chromium(browser: Any, report_html: Path) -> None:
+    watched = Watched(browser, viewport={"width": 1280, "height": 900})
+    page = watched.page
+    page.goto(report_html.as_uri(), wait_until="load")
+    tables = page.locator("table")
+    assert tables.count() >= 6
+    for i in range(tables.count()):
+        tables.nth(i).scroll_into_view_if_needed()
+        assert tables.nth(i).is_visible()
+    images = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
+    assert len(images) >= 7 and all(done and width > 0 for done, width in images)
+    # Markup from the suite is shown as text, never run.
+    assert page.evaluate("document.querySelectorAll('script').length") == 0
+    assert HOSTILE in page.locator("h1").inner_text()
+    assert watched.errors == [] and watched.offsite() == []
+    assert watched.requests == [report_html.as_uri()]
+    watched.context.close()
+
+
+def test_report_on_a_phone_and_in_print(browser: Any, report_html: Path) -> None:
+    watched = Watched(browser, viewport={"width": 390, "height": 844}, is_mobile=True, device_scale_factor=2)
+    page = watched.page
+    page.goto(report_html.as_uri(), wait_until="load")
+    # Wide tables scroll inside their own box; the page itself never scrolls sideways.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    widths = page.evaluate("Array.from(document.images).map(i => i.getBoundingClientRect().width)")
+    assert all(0 < w <= 390 for w in widths)
+    page.emulate_media(media="print")
+    assert page.locator("ul.toc").is_hidden()
+    assert page.locator("#speed table").is_visible()
+    assert watched.errors == [] and watched.offsite() == []
+    watched.context.close()
+
+
+def _check_links(watched: Watched) -> None:
+    """Every link on the current page leads to a file of the site."""
+    for href in watched.page.evaluate("Array.from(document.links).map(a => a.href)"):
+        assert href.startswith("file://"), href
+        assert Path(href.split("#")[0].removeprefix("file://")).is_file(), href
+
+
+def test_published_site_navigates(browser: Any, published_site: Path) -> None:
+    watched = Watched(browser, viewport={"width": 1280, "height": 900})
+    page = watched.page
+    page.goto((published_site / "index.html").as_uri(), wait_until="load")
+    assert page.title() == "dstbench runs"
+    _check_links(watched)
+
+    page.click("text=synthetic-20260101-120000")
+    assert page.url.endswith("/runs/synthetic-20260101-120000/index.html")
+    assert page.title() == "dstbench report: synthetic"
+    assert page.evaluate("Array.from(document.images).every(i => i.naturalWidth > 0)")
+    _check_links(watched)
+
+    page.click("nav.site >> text=History")
+    assert page.url.endswith("/history.html") and page.title() == "dstbench history"
+    assert page.evaluate("Array.from(document.images).every(i => i.naturalWidth > 0)")
+    _check_links(watched)
+    page.click("th >> text=2026-01-05 12:00")
+    assert page.url.endswith("/runs/synthetic-20260105-120000/index.html")
+
+    page.click("nav.site >> text=All runs")
+    assert page.url.endswith("/index.html") and page.title() == "dstbench runs"
+    assert watched.errors == [] and watched.offsite() == []
+    watched.context.close()

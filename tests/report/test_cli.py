@@ -1,0 +1,46 @@
+"""`dstbench report` from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dstbench.cli import main
+
+
+def test_prints_the_tables_without_html(synthetic_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(synthetic_run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("best speedup vs rigl: 2.50x (barter at density 0.1, 95% CI [")
+    assert "cases: 5 of 7 ok, 2 failed" in out
+    for title in ("Speed\n", "Memory\n", "Failed cases\n"):
+        assert title in out
+    assert "torch.OutOfMemoryError: CUDA out of memory" in out
+    assert "Environment" not in out  # page-only tables stay off the terminal
+
+
+def test_writes_html_and_markdown(report_html: Path, synthetic_run: Path, tmp_path: Path) -> None:
+    # report_html ran `dstbench report RUN --html FILE`: the headline on stdout, not the tables.
+    out = (report_html.parent / "stdout.txt").read_text(encoding="utf-8")
+    assert out.startswith("best speedup vs rigl: 2.50x") and "Speed\n" not in out
+    assert report_html.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    markdown = tmp_path / "out" / "report.md"
+    assert main(["report", str(synthetic_run), "--markdown", str(markdown)]) == 0
+    assert "| barter   | 0.1       | ok" in markdown.read_text(encoding="utf-8")
+
+
+def test_reference_option(synthetic_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(synthetic_run), "--reference", "dense"]) == 0
+    assert "best speedup vs dense: 5.00x (barter at density 0.1" in capsys.readouterr().out
+    assert main(["report", str(synthetic_run), "--reference", "nope"]) == 2
+    assert "--reference 'nope' is not among the methods" in capsys.readouterr().err
+
+
+def test_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no results.jsonl in" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "results.jsonl").write_text("")
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "no result lines" in capsys.readouterr().err

@@ -1,0 +1,84 @@
+"""Core table sections and their tabulate rendering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dstbench.report.derive import derive, load_frame
+from dstbench.report.sections import Rendered
+from dstbench.report.tables import (
+    accuracy_table, failed_table, memory_table, render_table, render_text, speed_table, summary_table,
+)
+from tests.report.conftest import synthetic_lines, write_run
+
+
+@pytest.fixture
+def derived(synthetic_run: Path) -> pd.DataFrame:
+    return derive(load_frame([synthetic_run]), "rigl")
+
+
+def _cells(table, method: str, density: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    for row in table.rows:
+        if row[table.headers.index("method")] == method and row[table.headers.index("density")] == density:
+            return dict(zip(table.headers, row))
+    raise AssertionError(f"no row {method}@{density}")
+
+
+def test_speed_table_shows_measured_and_derived_figures(derived: pd.DataFrame) -> None:
+    table = speed_table(derived)
+    barter = _cells(table, "barter", "0.1")
+    assert barter["median ms"] == "40.0" and barter["IQR ms"] == "2.0"
+    assert barter["images/s"] == f"{32 * 20 / 0.040:.1f}"
+    assert barter["speedup vs rigl [95% CI]"].startswith("2.50× [")
+    assert (barter["FLOP limit"], barter["of limit"], barter["topology share"]) == ("5.00×", "50.0%", "5.0%")
+    # Failed cases stay in the table, marked as such.
+    assert _cells(table, "set", "0.1")["status"] == "oom"
+    assert table.row_classes.count("failed") == 2
+
+
+def test_memory_table_labels_its_basis(derived: pd.DataFrame) -> None:
+    barter = _cells(memory_table(derived), "barter", "0.1")
+    assert barter["basis"] == "state + activation bytes"
+    assert barter["memory MiB"] == "16.0" and barter["reduction vs rigl"] == "84.6%"
+    assert (barter["state MiB"], barter["activation MiB"]) == ("4.0", "12.0")
+
+
+def test_failed_cases_are_listed_with_their_reason(derived: pd.DataFrame) -> None:
+    rows = {row[0]: row for row in failed_table(derived).rows}
+    assert rows["set@0.1"][1:3] == ["oom", "torch.OutOfMemoryError: CUDA out of memory"]
+    assert rows["chase@0.5"][1:3] == ["error", "ValueError: density went negative"]
+
+
+def test_optional_tables_are_absent_without_their_data(tmp_path: Path, derived: pd.DataFrame) -> None:
+    assert accuracy_table(derived) is None
+    ok_only = derive(load_frame([write_run(tmp_path, "ok", [l for l in synthetic_lines() if l.status == "ok"])]), "rigl")
+    assert failed_table(ok_only) is None
+
+
+def test_accuracy_table_in_percent_with_the_drop_against_the_reference(tmp_path: Path) -> None:
+    lines = synthetic_lines()
+    for line in lines:
+        line.top1 = {"rigl": 0.80, "barter": 0.77}.get(line.method)
+    derived = derive(load_frame([write_run(tmp_path, "acc", lines)]), "rigl")
+    barter = _cells(accuracy_table(derived), "barter", "0.1")
+    assert barter["top-1"] == "77.0%" and barter["top-1 drop vs rigl"] == "+3.00 pp"
+
+
+def test_several_runs_add_a_run_column(tmp_path: Path) -> None:
+    runs = [write_run(tmp_path, name, synthetic_lines()) for name in ("first", "second")]
+    table = speed_table(derive(load_frame(runs), "rigl"))
+    assert table.headers[0] == "run"
+    assert {row[0] for row in table.rows} == {"first", "second"}
+
+
+def test_text_rendering(derived: pd.DataFrame) -> None:
+    markdown = render_table(speed_table(derived), "github")
+    assert markdown.splitlines()[0].startswith("| method")
+    text = render_text([Rendered("speed", "Speed", "table", table=speed_table(derived)), Rendered("x", "Broken", "table", error="ValueError: no")])
+    assert text.startswith("Speed\n") and "Broken: could not be built (ValueError: no)" in text
+    # The end-of-run table of `dstbench run` keeps working.
+    summary = summary_table(derived, "rigl")
+    assert "speedup vs rigl" in summary and "2.50×" in summary
