@@ -4,7 +4,6 @@ input (invalid suite, missing files), 130 interrupted."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -168,10 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Before anything imports torch, whose OpenMP runtime reads it once: idle OpenMP threads that
-    # spin instead of sleeping make steps 5-20x slower whenever another process shares the cores
-    # (a CI runner, a second case), and sleeping costs nothing measurable on a quiet machine.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OMP_WAIT_POLICY is left to the user: passive waiting helps only where processes share the
+    # cores, and on a quiet 2-core machine it made the smoke model's steps 30-60% slower (README).
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

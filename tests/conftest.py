@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 # Before torch loads OpenMP: spinning worker threads starve each other when the test processes share
-# two cores (measured 20x slower steps); passive waiting costs nothing here.
+# two cores (measured 20x slower steps). The tests time nothing, so passive waiting's cost on a quiet
+# machine does not matter here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import copy

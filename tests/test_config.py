@@ -124,3 +124,28 @@ def test_setup_hash_ignores_methods_and_names_but_not_settings() -> None:
     base = parse_suite(micro_suite()).setup_hash()
     assert parse_suite(micro_suite(name="other", densities=[0.1])).setup_hash() == base
     assert parse_suite(micro_suite(batch_size=9)).setup_hash() != base
+
+
+@pytest.mark.parametrize("name", ["cpu_smoke", "l40_vit"])
+def test_shipped_speed_suites_run_every_method_and_time_an_update(name: str) -> None:
+    """Every built-in method runs, and each DST method's first topology update falls inside the
+    timed segments (so the segments pay for it, as training would)."""
+    from pathlib import Path
+
+    from dstbench.registry import list_methods, method_info
+    from dstbench.schedule import UpdateSchedule
+
+    suite = load_suite(Path(__file__).resolve().parents[1] / "suites" / f"{name}.yaml")
+    built_in = [n for n in list_methods() if method_info(n).cls.__module__.startswith("dstbench.")]  # not test plugins
+    assert sorted(m.name for m in suite.methods) == sorted(built_in)
+    timing = suite.timing
+    first_timed, last_timed = timing.warmup_steps + 1, timing.warmup_steps + timing.segments * timing.segment_steps
+    for spec in suite.methods:
+        info = method_info(spec.name)
+        if info.kind == "dense":
+            continue
+        params = info.cls.Params(**spec.params)
+        schedule = UpdateSchedule(
+            delta_t=int(params.delta_t), t_end=float(params.t_end), drop_fraction=0.3, total_steps=timing.schedule_steps
+        )
+        assert any(first_timed <= step <= last_timed for step in schedule.update_steps()), spec.key
