@@ -33,6 +33,12 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0")) if is_distributed() else 0
 
 
+def barrier() -> None:
+    """Wait for every rank; nothing outside torch.distributed."""
+    if is_distributed():
+        dist.barrier()
+
+
 def rank_seed(seed: int, rank_: int) -> int:
     """The seed rank `rank_` draws its own randomness from (its data shard, dropout, augmentation).
     Rank 0 keeps `seed` itself, so it sees what a single process would."""

@@ -34,12 +34,16 @@ def zero_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, where: tor
         value.masked_fill_(where, 0.0)
 
 
-def param_groups(named_params: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float) -> list[dict]:
-    """Two groups as timm builds them: weight decay on matrices, none on biases, norms and tokens."""
+def param_groups(
+    named_params: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float, skip: Iterable[str] = ()
+) -> list[dict]:
+    """Two groups as timm builds them: weight decay on matrices, none on biases, norms and the
+    parameters named in `skip` (a timm model's `no_weight_decay()`: position embedding, tokens)."""
+    skip = set(skip)
     decay, no_decay = [], []
-    for _, param in named_params:
+    for name, param in named_params:
         if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
+            (decay if param.ndim >= 2 and name not in skip else no_decay).append(param)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -51,7 +55,8 @@ def build_optimizer(spec: dict[str, Any], model: torch.nn.Module) -> torch.optim
     name = spec.pop("name", "adamw")
     lr = float(spec.pop("lr", 1e-3))
     weight_decay = float(spec.pop("weight_decay", 0.0))
-    groups = param_groups(model.named_parameters(), weight_decay)
+    no_weight_decay = getattr(model, "no_weight_decay", None)
+    groups = param_groups(model.named_parameters(), weight_decay, no_weight_decay() if callable(no_weight_decay) else ())
     # `foreach`: None (the default) lets torch choose, as a researcher's script would: the
     # multi-tensor kernels on CUDA, the per-parameter loop on the CPU. Every method gets the same
     # choice. The state stays one dict of tensors per parameter either way, which is all the compact

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 
 def round_half_up(value: float) -> int:
-    """`value` rounded to the nearest integer, halves up. Every count derived from a density or a
-    fraction (budgets, exchange sizes, active weights) goes through this one rule, so masked and
-    compact methods round alike (Python's `round` rounds halves to even: round(2.5) == 2)."""
+    """`value` rounded to the nearest integer, halves up. Budgets and active-weight targets derived
+    from a density go through this one rule, so masked and compact methods hold alike-rounded
+    budgets (Python's `round` rounds halves to even: round(2.5) == 2). Exchange sizes follow each
+    method's reference: the masked methods truncate (`int(n * fraction)`, as rigl-torch), BARTER
+    rounds with this rule so that a small budget still exchanges a unit early on."""
     return int(math.floor(value + 0.5))
 
 
@@ -40,7 +42,8 @@ class UpdateSchedule:
 
     @property
     def t_end_step(self) -> int:
-        return int(self.t_end * self.total_steps) if self.t_end <= 1 else int(self.t_end)
+        # Rounded, not truncated: int(0.29 * 100) would be 28.
+        return round_half_up(self.t_end * self.total_steps) if self.t_end <= 1 else int(self.t_end)
 
     @property
     def last_update_step(self) -> int:

@@ -45,7 +45,7 @@ class Barter(Method):
     @dataclasses.dataclass
     class Params:
         delta_t: int = 100  # steps between topology updates
-        t_end: float = 0.75  # last update: a fraction of total_steps (<= 1) or a step
+        t_end: float = 0.75  # end of updates (exclusive): a fraction of total_steps (<= 1) or a step
         drop_fraction: float = 0.3  # units exchanged at the first update (cosine decay to 0)
         clone_noise: float = 0.1  # relative, zero-sum noise on the split of a clone's outgoing weights
 
@@ -64,6 +64,7 @@ class Barter(Method):
         # Under DDP the scores are taken from the averaged gradients (see TaylorImportance).
         self.importance = TaylorImportance(self._model, self.scaler, from_synced_grads=self.distributed)
         self.history: list[dict[str, Any]] = [self._snapshot(0)]
+        self.updates_skipped = 0  # updates left out because a score was not finite
 
     # -- what the harness reads -------------------------------------------------------------------
     def topology(self) -> list[dict[str, int]]:
@@ -84,6 +85,7 @@ class Barter(Method):
         blocks = compact_blocks(self.model)
         return {
             "budgets": self.budgets(),
+            "updates_skipped": self.updates_skipped,
             "dense_width": {"heads": [b.attn.max_units for b in blocks], "hidden": [b.mlp.max_units for b in blocks]},
             "topology_history": [dict(entry) for entry in self.history],
         }
@@ -120,9 +122,17 @@ class Barter(Method):
                 # exchange by construction (the generator was agreed before the update too).
                 distributed.broadcast_(self.importance.heads)
                 distributed.broadcast_(self.importance.channels)
-            head_scores = self.importance.heads.cpu()  # the update's one host-device sync
-            channel_scores = self.importance.channels.cpu()
+            # The update's one host-device sync. A copy even on the CPU (where `.cpu()` would return
+            # the accumulator itself), since the accumulators are reset right after.
+            head_scores = self.importance.heads.to("cpu", copy=True)
+            channel_scores = self.importance.channels.to("cpu", copy=True)
             self.importance.reset()
+        if not (torch.isfinite(head_scores).all() and torch.isfinite(channel_scores).all()):
+            # A diverged step left a NaN or inf score, which would rank first: keep the topology,
+            # as the masked methods skip an update on a non-finite gradient.
+            self.updates_skipped += 1
+            self.history.append(self._snapshot(step, skipped=True))
+            return
         with self.update_phase(phases.PRUNE_GROW):
             budgets = self.budgets()
             k_heads = round_half_up(fraction * budgets["heads"])

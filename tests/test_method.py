@@ -109,9 +109,13 @@ def test_model_and_optimizer_are_the_live_objects() -> None:
     method = make()
     params = {id(p) for group in method.optimizer.param_groups for p in group["params"]}
     assert params == {id(p) for p in method.model.parameters()}
-    # Decay on matrices only, as timm groups them.
+    # Decay on matrices only, as timm groups them: not on biases, norms, tokens or position embedding.
     decay, no_decay = method.optimizer.param_groups
-    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim <= 1 for p in no_decay["params"])
+    model = method.model
+    assert all(p.ndim >= 2 for p in decay["params"])
+    undecayed = {id(p) for p in no_decay["params"]}
+    assert id(model.cls_token) in undecayed and id(model.pos_embed) in undecayed
+    assert all(p.ndim <= 1 or id(p) in {id(model.cls_token), id(model.pos_embed)} for p in no_decay["params"])
     assert no_decay["weight_decay"] == 0.0
 
 

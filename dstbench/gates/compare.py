@@ -159,15 +159,28 @@ def env_differences(baseline: Side, current: Side) -> list[str]:
     return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if base[key] != cur[key]]
 
 
-def min_p_value(n_baseline: int, n_current: int) -> float:
-    """The smallest two-sided p the exact Mann-Whitney U test can reach with these sample sizes."""
-    return min(1.0, 2.0 / math.comb(n_baseline + n_current, n_baseline))
+def mann_whitney_method(base: list[float], cur: list[float]) -> str:
+    """The exact test where it is valid and cheap (no ties, small samples), else the normal
+    approximation; named explicitly so that `min_p_value` describes the test that ran."""
+    combined = list(base) + list(cur)
+    return "exact" if len(set(combined)) == len(combined) and len(combined) <= 40 else "asymptotic"
+
+
+def min_p_value(n_baseline: int, n_current: int, method: str = "exact") -> float:
+    """The smallest two-sided p the Mann-Whitney U test (`method`) can give with these sample
+    sizes: that of two samples that do not overlap at all."""
+    apart = mannwhitneyu(
+        np.arange(n_current, dtype=float), np.arange(n_current, n_current + n_baseline, dtype=float),
+        alternative="two-sided", method=method,
+    )
+    return float(apart.pvalue)
 
 
 def compare_time(base: list[float], cur: list[float], threshold_pct: float, alpha: float) -> TimeVerdict:
     base_ms, cur_ms = float(np.median(base)), float(np.median(cur))
     ratio = cur_ms / base_ms if base_ms > 0 else math.inf
-    p_value = float(mannwhitneyu(cur, base, alternative="two-sided").pvalue)
+    method = mann_whitney_method(base, cur)
+    p_value = float(mannwhitneyu(cur, base, alternative="two-sided", method=method).pvalue)
     significant = p_value < alpha
     limit = threshold_pct / 100.0
     verdict = "unchanged"
@@ -176,7 +189,7 @@ def compare_time(base: list[float], cur: list[float], threshold_pct: float, alph
     elif ratio < 1.0 - limit and significant:
         verdict = "improvement"
     note = ""
-    if min_p_value(len(base), len(cur)) >= alpha:
+    if min_p_value(len(base), len(cur), method) >= alpha:
         # Say so: otherwise a gate that can never fire looks like a passing one.
         note = f"{len(base)} vs {len(cur)} samples cannot reach p < {alpha:g}; time is not gated"
     return TimeVerdict(base_ms, cur_ms, ratio, p_value, verdict, note)
@@ -235,7 +248,7 @@ def compare_runs(
         raise CompareInputError(
             "no case matches (same suite hash, method and density) between the runs: "
             f"baseline suite hash {_hashes(baseline)}, current {_hashes(current)}; a changed suite "
-            "setting (model, data, batch, optimizer, precision, timing, seed, device) needs a new baseline"
+            "setting (model, data, batch size, optimizer, precision, fuse_norms, mode, timing, accuracy, seed, device) needs a new baseline"
         )
     cases = [
         compare_case(

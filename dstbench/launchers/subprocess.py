@@ -59,6 +59,11 @@ class SubprocessLauncher:
             process.start()
             sender.close()  # only the child writes; EOF on `receiver` then means the child is gone
             while True:
+                # Checked on every pass: a case that keeps reporting progress must time out too.
+                if time.monotonic() > deadline:
+                    process.kill()
+                    process.join()
+                    return failed_result(task, "timeout", f"case exceeded its timeout of {self.timeout_s:g} s")
                 if receiver.poll(0.2):
                     try:
                         kind, payload = receiver.recv()
@@ -69,10 +74,6 @@ class SubprocessLauncher:
                     elif kind == "result":
                         process.join(timeout=60)
                         return CaseResult.from_dict(payload)
-                elif time.monotonic() > deadline:
-                    process.kill()
-                    process.join()
-                    return failed_result(task, "timeout", f"case exceeded its timeout of {self.timeout_s:g} s")
         except BaseException:
             # Ctrl-C (or anything else) may arrive at any point, even while the process starts:
             # never leave a case process behind.

@@ -99,6 +99,7 @@ def profile_window(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     updates_before = method.topology_updates
+    trace_path.parent.mkdir(parents=True, exist_ok=True)  # the snapshot is written there first
     try:
         with torch.profiler.profile(
             activities=_activities(device), record_shapes=True, profile_memory=True, with_flops=True
@@ -113,7 +114,6 @@ def profile_window(
             torch.cuda.memory._record_memory_history(enabled=None)
     allocator_peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
 
-    trace_path.parent.mkdir(parents=True, exist_ok=True)
     raw = trace_path.with_name(trace_path.name.removesuffix(".gz") + ".tmp")
     try:
         prof.export_chrome_trace(str(raw))

@@ -113,6 +113,7 @@ def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
         write_run_page(runs_root / name)
         print(f"published {source} as {runs_root / name / 'index.html'}", file=sys.stderr)
     runs = [load_site_run(p.parent) for p in sorted(runs_root.glob(f"*/{RESULTS_FILE}"))]
+    runs = [run for run in runs if not run.derived.empty]  # nothing to list for a run without lines
     runs.sort(key=lambda r: (r.created, r.label), reverse=True)
     env = environment(True)
     common = {"version": dstbench_version(), "nav": [Link("All runs", "index.html"), Link("History", "history.html")]}
@@ -129,6 +130,11 @@ def main(args: argparse.Namespace) -> int:
         require_results(args.run_dirs)
     except RunDirError as exc:
         print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    # A run without one readable line (empty, or only a torn line) has nothing to show.
+    empty = [str(d) for d in args.run_dirs if next(iter_results(Path(d)), None) is None]
+    if empty:
+        print(f"no readable result line in: {', '.join(empty)}", file=sys.stderr)
         return EXIT_USAGE
     index = publish(list(args.run_dirs), args.site)
     print(f"site: {index}")

@@ -184,7 +184,7 @@ class ChannelPruner:
             zero_state(optimizer, bias, dead)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {g.producer: g.keep.cpu() for g in self.groups}
+        return {g.producer: g.keep.to("cpu", copy=True) for g in self.groups}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         for g in self.groups:

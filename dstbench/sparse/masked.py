@@ -37,7 +37,7 @@ class MaskedParams:
     """Parameters every masked method shares (defaults: RigL's)."""
 
     delta_t: int = 100  # steps between topology updates
-    t_end: float = 0.75  # last update: a fraction of total steps (<= 1) or an absolute step
+    t_end: float = 0.75  # end of updates (exclusive): a fraction of total steps (<= 1) or a step
     distribution: str = "erk"  # layer densities: "erk" or "uniform"
     prunable: str = DEFAULT_PRUNABLE  # regex (full match) of the parameter names that are masked
 

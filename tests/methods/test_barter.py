@@ -322,3 +322,31 @@ def test_no_host_sync_between_updates_on_cuda() -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert method.topology_updates == 2 and next(method.model.parameters()).is_cuda
+
+
+def test_an_update_with_a_non_finite_score_keeps_the_topology() -> None:
+    method = _barter()
+    method.train_segment(micro_batches(), 1)  # scores accumulate; the update falls due at step 2
+    before = method.topology()
+    method.importance.channels[0] = float("nan")  # as a diverged step would leave it
+    method.train_segment(micro_batches(), 1)
+    assert method.topology() == before and method.updates_skipped == 1
+    assert method.history[-1] == {**method._snapshot(2), "skipped": True}
+    method.train_segment(micro_batches(), 2)  # the scores were reset: the next update runs
+    assert method.updates_skipped == 1 and "skipped" not in method.history[-1]
+
+
+def test_the_update_prunes_the_lowest_and_clones_the_highest_accumulated_scores() -> None:
+    """The plan reads the scores accumulated since the last update (not the reset accumulators):
+    with block 0's FFN channels scored far below block 1's, block 0 loses channels to block 1."""
+    method = _barter()
+    method.train_segment(micro_batches(), 1)
+    before = method.topology()
+    hidden0 = before[0]["hidden"]
+    with torch.no_grad():
+        method.importance.channels[:hidden0] = 0.0
+        method.importance.channels[hidden0:] = 1e3
+    method.train_segment(micro_batches(), 1)  # the update at step 2
+    after = method.topology()
+    assert after[0]["hidden"] < hidden0 and after[1]["hidden"] > before[1]["hidden"]
+    assert sum(t["hidden"] for t in after) == sum(t["hidden"] for t in before)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 from dstbench.cli import main
 from dstbench.report.history import SiteRun
 from tests.report.conftest import synthetic_lines, write_run
@@ -84,3 +86,12 @@ def test_files_named_by_results_are_copied_and_nothing_outside(tmp_path: Path) -
     _copy_run(run, tmp_path / "site" / "profiled")
     assert (tmp_path / "site" / "profiled" / "profile" / "rigl.json.gz").read_bytes() == b"trace"
     assert not (tmp_path / "site" / "secret.pickle").exists()
+
+
+def test_a_run_without_a_readable_line_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "torn"
+    run.mkdir()
+    (run / "results.jsonl").write_text('{"case_id": "rigl@0.1", "sta')  # a torn first line
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert main(["publish", str(run), "--site", str(tmp_path / "site")]) == 2
+    assert not (tmp_path / "site").exists()
