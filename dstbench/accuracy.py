@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from dstbench import checkpoint as ckpt
 from dstbench import distributed
+from dstbench.build import build_method
 from dstbench.cases import Case
 from dstbench.config import SuiteConfig
 from dstbench.data.loaders import Batch, EpochLoader, build_datasets, describe_loader, eval_loader, to_device
@@ -156,7 +157,6 @@ def measure_accuracy(
     total_steps = acc.epochs * steps_per_epoch
     mixup, loss_fn = mixup_and_loss(data.augment, datasets.num_classes)
 
-    from dstbench.runner import build_method  # the runner imports this module lazily
 
     method = build_method(suite, case, device, total_steps, loss_fn=loss_fn)
     method.lr_scheduler = warmup_cosine(

@@ -25,7 +25,7 @@ from dstbench.fmt import last_line
 from dstbench.launchers import make_launcher
 from dstbench.results import CaseResult, append_result, iter_results
 from dstbench.rundir import RUN_FILE, SUITE_FILE, load_run_meta, slug
-from dstbench.runner import CaseTask
+from dstbench.build import CaseTask
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).

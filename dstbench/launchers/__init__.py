@@ -12,7 +12,7 @@ from typing import Protocol
 
 from dstbench.config import LauncherConfig
 from dstbench.results import CaseResult
-from dstbench.runner import CaseTask, Progress
+from dstbench.build import CaseTask, Progress
 
 
 class Launcher(Protocol):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dstbench.results import CaseResult
-from dstbench.runner import CaseTask, Progress, execute_case
+from dstbench.build import CaseTask, Progress
+from dstbench.runner import execute_case
 
 
 class InProcessLauncher:

@@ -15,7 +15,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from dstbench.results import CaseResult
-from dstbench.runner import CaseTask, Progress, execute_case, failed_result
+from dstbench.build import CaseTask, Progress, failed_result
+from dstbench.runner import execute_case
 
 _PRELOAD = ["dstbench.runner"]
 

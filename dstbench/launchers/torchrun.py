@@ -33,7 +33,7 @@ from dstbench.cases import Case
 from dstbench.config import LauncherConfig
 from dstbench.results import CaseResult
 from dstbench.rundir import slug
-from dstbench.runner import CaseTask, Progress, failed_result
+from dstbench.build import CaseTask, Progress, failed_result
 from dstbench.trackers import summarize_ms
 
 GATHERED = "gathered.json"

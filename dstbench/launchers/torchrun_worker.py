@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from dstbench.launchers.torchrun import GATHERED, rank_file, write_json_atomic
-from dstbench.runner import CaseTask, execute_case
+from dstbench.build import CaseTask
+from dstbench.runner import execute_case
 
 
 def main(task_file: str, workdir: str) -> int:

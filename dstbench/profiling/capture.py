@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
+from dstbench.build import build_method
 from dstbench.method import Method, synchronize
 from dstbench.profiling import analysis
 from dstbench.rundir import slug
@@ -135,7 +136,6 @@ def _fresh_method(suite: SuiteConfig, case: Case, device: torch.device) -> tuple
     """Accuracy-only runs have no speed-case method: build one as the speed track would, and warm
     it up so lazy initialisation (optimizer state, kernel caches) stays out of the profile."""
     from dstbench.data import speed_batches
-    from dstbench.runner import build_method
 
     method = build_method(suite, case, device, suite.timing.schedule_steps)
     batches, _ = speed_batches(suite, method.model, device)
