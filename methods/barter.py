@@ -24,7 +24,7 @@ from dstbench import distributed, phases
 from dstbench.compact.importance import TaylorImportance
 from dstbench.compact.surgery import Swap, blank_units, remap_optimizer, resize_units
 from dstbench.compact.topology import assign_slots, plan_exchange
-from dstbench.compact.vit import compact_blocks, compact_vit, full_prunable_numel, topology
+from dstbench.compact.vit import compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology
 from dstbench.method import Method
 from dstbench.optim import build_optimizer
 from dstbench.registry import register_method
@@ -93,16 +93,7 @@ class Barter(Method):
     def ddp_ignored_parameters(self) -> set[str]:
         """Parameters of empty branches: a block without heads (or FFN channels) skips its norm and
         matmuls and adds only the output bias, so DDP must not wait for their gradients."""
-        ignored = super().ddp_ignored_parameters()
-        for index, block in enumerate(compact_blocks(self.model)):
-            unused = (["norm1", "attn"] if block.attn.num_heads == 0 else []) + (["norm2", "mlp"] if block.mlp.hidden == 0 else [])
-            for part in unused:
-                for name, _ in getattr(block, part).named_parameters():
-                    ignored.add(f"blocks.{index}.{part}.{name}")
-            # The output bias of an empty branch is still added to every token.
-            ignored.discard(f"blocks.{index}.attn.proj.bias")
-            ignored.discard(f"blocks.{index}.mlp.fc2.bias")
-        return ignored
+        return super().ddp_ignored_parameters() | empty_branch_parameters(self.model)
 
     def _snapshot(self, step: int, **extra: Any) -> dict[str, Any]:
         topo = self.topology()

@@ -207,6 +207,22 @@ def topology(model: nn.Module) -> list[dict[str, int]]:
     return [{"heads": b.attn.num_heads, "hidden": b.mlp.hidden} for b in compact_blocks(model)]
 
 
+def empty_branch_parameters(model: nn.Module) -> set[str]:
+    """Names of the parameters a compact ViT's forward does not use now: a block without heads (or
+    FFN channels) skips that branch's norm and matmuls and adds only its output bias (what DDP
+    must not wait for)."""
+    unused = set()
+    for index, block in enumerate(compact_blocks(model)):
+        parts = (["norm1", "attn"] if block.attn.num_heads == 0 else []) + (["norm2", "mlp"] if block.mlp.hidden == 0 else [])
+        for part in parts:
+            for name, _ in getattr(block, part).named_parameters():
+                unused.add(f"blocks.{index}.{part}.{name}")
+        # The output bias of an empty branch is still added to every token.
+        unused.discard(f"blocks.{index}.attn.proj.bias")
+        unused.discard(f"blocks.{index}.mlp.fc2.bias")
+    return unused
+
+
 def full_prunable_numel(model: nn.Module) -> int:
     """Number of qkv/proj/fc1/fc2 weights the full-size model would hold."""
     total = 0

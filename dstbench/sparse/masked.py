@@ -130,17 +130,22 @@ class MaskedMethod(Method):
         return target_active(self.mask_set.numel(), min(1.0, self.target_density + self.soft_extra(step)))
 
     # -- hooks --------------------------------------------------------------------------------------
+    def takes_dense_grad(self, step: int) -> bool:
+        """Whether the optimizer step of `step` takes the unmasked gradient: an update that follows
+        the step and grows by gradient must see the dense gradient, so it stays unmasked then."""
+        return self.grow.needs_dense_grad and self.update_due(step)
+
     def before_optimizer_step(self, step: int) -> None:
-        # An update that follows the optimizer step and grows by gradient must see the dense
-        # gradient, so it stays unmasked on that step; masking weights and state after the step
-        # gives the active weights exactly the update a masked gradient would have given them.
-        if self.grow.needs_dense_grad and self.update_due(step):
-            return
-        self.mask_set.mask_grads()
+        # The one masking op of an ordinary step: with a zero gradient, weight and state at a
+        # masked position the optimizer computes exactly 0 there again (see dstbench.sparse.masks).
+        if not self.takes_dense_grad(step):
+            self.mask_set.mask_grads()
 
     def after_optimizer_step(self, step: int) -> None:
-        self.mask_set.mask_weights()
-        self.mask_set.mask_state()
+        # Only after a step that took the dense gradient have masked weights and state moved;
+        # zeroing them then gives the active weights exactly the update a masked gradient gives.
+        if self.takes_dense_grad(step):
+            self.mask_set.enforce()
 
     def gradients_finite(self) -> bool:
         """Whether the prunable gradients the scorers read are all finite (one host sync; true when
@@ -192,3 +197,9 @@ class MaskedMethod(Method):
         if "masks" in state:
             self.mask_set.load_state_dict(state["masks"])
         self.updates_skipped = int(state.get("updates_skipped", 0))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        # Masks load before the weights and optimizer state; zero those at masked positions once
+        # they are in, since no ordinary step will (a checkpoint of this code is already zero there).
+        self.mask_set.enforce()

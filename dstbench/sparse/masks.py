@@ -1,18 +1,27 @@
-"""The masking engine of the full-tensor DST methods: one mask per prunable weight.
+"""The masking engine of the full-tensor DST methods: one bool mask per prunable weight.
 
-Every training step pays what the public implementations pay (rigl-torch, sparselearning):
-the gradient is multiplied by the mask before the optimizer step, the weight and its optimizer
-state (SGD `momentum_buffer`, Adam/AdamW `exp_avg`, `exp_avg_sq`) after it, all in place, each as
-one `torch._foreach_mul_` over all layers rather than a Python loop of per-layer calls. The
-forward pass uses the plain weights, which are exactly zero at masked positions (rigl-torch does
-the same; no `w * m` product is formed).
+Masks are bool on every device: 1 byte per prunable weight (rigl-torch keeps bool masks too).
 
-Masks are stored as bool on CUDA, whose kernels cast a bool operand on the fly, and in the weight's
-dtype elsewhere: on the CPU an in-place multiply by a bool tensor first allocates a converted copy,
-which would make every step allocate (and run about 20x slower on this operation). On CUDA the
-bool masks keep a quarter of the memory of float ones (rigl-torch keeps bool masks too); the price
-is that `_foreach_mul_` takes its per-tensor path there (its fused multi-tensor kernel needs one
-dtype across both lists), so it still launches one kernel per tensor, from C++ instead of Python.
+The invariant: weights, and their optimizer state (SGD `momentum_buffer`, Adam/AdamW `exp_avg`,
+`exp_avg_sq`, `max_exp_avg_sq`), are exactly zero at masked positions. `set_mask` establishes it
+whenever a mask changes (grown positions start at 0 with zero state). Between updates a step only
+has to mask the gradient (`mask_grads`), in place, before the optimizer step: with a zero gradient,
+weight and state at a masked position, SGD (momentum, nesterov, coupled weight decay: `g + wd * 0`)
+and AdamW (decoupled decay `w * (1 - lr * wd)`, moments `b * 0 + (1 - b) * 0`, update
+`0 / (sqrt(0) + eps)`) compute exactly 0 again, so multiplying weights and both moments by the mask
+every step (as the public implementations do) would only rewrite zeros. Where a step does take an
+unmasked gradient (a method whose update follows the step and reads the dense gradient, e.g.
+Chase), the caller restores the invariant after that step with `enforce` (and a checkpoint load
+does too); `tests/sparse/test_masks.py` checks the arithmetic for every optimizer.
+
+How the gradient is masked, measured on the CPU smoke model's shapes
+(`tests/benchmarks/test_mask_ops.py`): `torch._foreach_mul_` with each bool mask viewed as uint8
+(same storage, no copy kept). torch's CPU kernels promote the uint8 operand to the gradient's dtype
+in a transient copy, one layer at a time, and that conversion is vectorised; with the bool mask
+itself the same promotion runs an unvectorised bool conversion, and `masked_fill_` / `torch.where`
+with a bool mask take a per-element branch, each several times slower at random masks. On CUDA
+the kernels cast the operand on the fly (no copy); `_foreach_mul_` takes its per-tensor path there
+(its fused kernel needs one dtype across both lists).
 
 Active counts are kept per layer; a mask change records its count on the device and all pending
 counts are read in one synchronisation when `counts` is next read (not one per layer).
@@ -30,11 +39,7 @@ from collections.abc import Mapping
 import torch
 
 from dstbench import distributed
-from dstbench.optim import state_tensors, zero_state
-
-
-def default_mask_dtype(weight: torch.Tensor) -> torch.dtype:
-    return torch.bool if weight.device.type == "cuda" else weight.dtype
+from dstbench.optim import zero_state
 
 
 class MaskSet:
@@ -44,7 +49,6 @@ class MaskSet:
         self,
         weights: Mapping[str, torch.nn.Parameter],
         optimizer: torch.optim.Optimizer,
-        mask_dtype: torch.dtype | None = None,
         sync_ranks: bool | None = None,
     ) -> None:
         if not weights:
@@ -53,14 +57,10 @@ class MaskSet:
         self.optimizer = optimizer
         # None: whenever torch.distributed is initialised (see the module docstring).
         self.sync_ranks = distributed.is_distributed() if sync_ranks is None else bool(sync_ranks)
-        self._masks = {
-            name: torch.ones_like(w, dtype=mask_dtype or default_mask_dtype(w), requires_grad=False)
-            for name, w in self.weights.items()
-        }
-        # The hot path walks lists, not dicts.
-        self._pairs = [(self.weights[name], self._masks[name]) for name in self.weights]
-        self._weight_list = [w for w, _ in self._pairs]
-        self._mask_list = [m for _, m in self._pairs]
+        self._masks = {name: torch.ones_like(w, dtype=torch.bool) for name, w in self.weights.items()}
+        # The hot path walks lists, not dicts; its multiplier is each mask viewed as uint8 (same
+        # storage, see the module docstring).
+        self._pairs = [(self.weights[name], self._masks[name].view(torch.uint8)) for name in self.weights]
         self._counts = {name: w.numel() for name, w in self.weights.items()}
         self._pending: dict[str, torch.Tensor] = {}  # device-side counts of changed masks
 
@@ -86,7 +86,7 @@ class MaskSet:
 
     def active(self, name: str) -> torch.Tensor:
         """A fresh bool tensor: True where the weight is active."""
-        return self._masks[name] != 0
+        return self._masks[name].clone()
 
     def bool_masks(self) -> dict[str, torch.Tensor]:
         return {name: self.active(name) for name in self.weights}
@@ -106,6 +106,7 @@ class MaskSet:
     # -- every step ---------------------------------------------------------------------------------
     @torch.no_grad()
     def mask_grads(self) -> None:
+        """Zero the gradients at masked positions, in place: all a step needs (module docstring)."""
         grads, masks = [], []
         for weight, mask in self._pairs:
             if weight.grad is not None:
@@ -114,20 +115,23 @@ class MaskSet:
         if grads:
             torch._foreach_mul_(grads, masks)
 
+    # -- after a step that took an unmasked gradient, or a load -------------------------------------
     @torch.no_grad()
     def mask_weights(self) -> None:
-        torch._foreach_mul_(self._weight_list, self._mask_list)
+        for name, weight in self.weights.items():
+            weight.masked_fill_(~self._masks[name], 0.0)
 
     @torch.no_grad()
     def mask_state(self) -> None:
-        # Collected every step: a checkpoint load or the optimizer itself may replace state tensors.
-        values, masks = [], []
-        for weight, mask in self._pairs:
-            for value in state_tensors(self.optimizer, weight):
-                values.append(value)
-                masks.append(mask)
-        if values:
-            torch._foreach_mul_(values, masks)
+        for name, weight in self.weights.items():
+            zero_state(self.optimizer, weight, ~self._masks[name])
+
+    def enforce(self) -> None:
+        """Restore the invariant: weights and optimizer state exactly zero at masked positions
+        (`masked_fill_`, so even a non-finite value there becomes 0). Not needed after an ordinary
+        step; see the module docstring for when it is."""
+        self.mask_weights()
+        self.mask_state()
 
     # -- topology changes ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -140,7 +144,7 @@ class MaskSet:
         new = new.to(device=mask.device, dtype=torch.bool)
         if self.sync_ranks:
             new = distributed.broadcast_(new.contiguous())
-        reset = ~(new & (mask != 0))
+        reset = ~(new & mask)
         weight.masked_fill_(reset, 0.0)
         zero_state(self.optimizer, weight, reset)
         mask.copy_(new)
@@ -166,5 +170,5 @@ class MaskSet:
         if missing:
             raise KeyError(f"checkpoint lacks masks for {missing}")
         for name, mask in self._masks.items():
-            mask.copy_(masks[name].to(mask.device))
+            mask.copy_(masks[name].to(device=mask.device, dtype=torch.bool))
         self.recount()

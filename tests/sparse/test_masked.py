@@ -14,7 +14,7 @@ import dstbench
 from dstbench.run import run_suite
 from dstbench.sparse.distributions import target_active
 from dstbench.trackers.memory import training_state_bytes
-from tests.conftest import ADAMW, SGD, micro_batches, micro_suite
+from tests.conftest import ADAMW, SGD, micro_batches, micro_suite, micro_vit
 from tests.sparse.helpers import MASKED_METHODS, assert_zero_where_masked, micro_method, run_steps, state_tensors
 
 
@@ -23,7 +23,10 @@ def test_registered_as_masked() -> None:
         assert dstbench.method_info(name).kind == "masked"
 
 
-@pytest.mark.parametrize("optimizer", [SGD, ADAMW], ids=["sgd", "adamw"])
+NESTEROV = {**SGD, "nesterov": True, "weight_decay": 0.01}
+
+
+@pytest.mark.parametrize("optimizer", [SGD, NESTEROV, ADAMW], ids=["sgd", "nesterov", "adamw"])
 @pytest.mark.parametrize("name", MASKED_METHODS)
 def test_masked_weights_and_state_are_zero_after_every_step(name: str, optimizer: dict) -> None:
     method = micro_method(name, optimizer)
@@ -93,14 +96,57 @@ def test_checkpoint_round_trip_keeps_the_masks(name: str) -> None:
     assert all(torch.equal(a, b) for a, b in zip(method.masks().values(), restored.masks().values()))
 
 
-def test_masks_are_counted_in_the_training_state() -> None:
+@pytest.mark.parametrize("name", MASKED_METHODS)
+def test_weights_and_state_are_rezeroed_only_after_a_step_on_the_dense_gradient(name: str) -> None:
+    # An ordinary step masks the gradient and nothing else (the optimizer keeps the zeros); only a
+    # step that took the dense gradient for an update that follows it (Chase's) needs the fix-up.
+    method = micro_method(name, ADAMW)
+    enforced = []
+    enforce = method.mask_set.enforce
+
+    def spy() -> None:
+        enforced.append(method.step + 1)  # called inside the step being taken
+        enforce()
+
+    method.mask_set.enforce = spy  # type: ignore[method-assign]
+    list(run_steps(method, 12))
+    dense_grad_steps = [s for s in (3, 6, 9) if method.grow.needs_dense_grad and not method.update_replaces_step]
+    assert enforced == dense_grad_steps
+    assert (name == "chase") == bool(dense_grad_steps)
+
+
+@pytest.mark.parametrize("name", MASKED_METHODS + ["static"])
+def test_masked_state_is_dense_state_plus_one_byte_per_prunable_weight(name: str) -> None:
+    """Exact: the same parameters, gradients and optimizer state as dense, plus a bool mask per
+    prunable weight, plus the method's other buffers (Chase: one bool per channel)."""
+    dense = dstbench.create_method("dense", micro_vit(), density=1.0, total_steps=12, optimizer=ADAMW)
+    params = {} if name == "static" else {"delta_t": 3, "t_end": 11}
+    method = dstbench.create_method(name, micro_vit(), density=0.2, total_steps=12, optimizer=ADAMW, **params)
+    for m in (dense, method):  # one step builds the optimizer state
+        m.train_segment(micro_batches(), 1)
+    prunable = sum(w.numel() for w in method.prunable().values())
+    channels = sum(g.channels for g in method.channels.groups) if name == "chase" else 0
+    assert training_state_bytes(method)["method_buffers"] == prunable + channels
+    assert training_state_bytes(method)["total"] == training_state_bytes(dense)["total"] + prunable + channels
+
+
+def test_masks_are_bool_copies() -> None:
     method = micro_method("rigl", ADAMW)
-    numel = sum(w.numel() for w in method.prunable().values())
-    assert training_state_bytes(method)["method_buffers"] == 4 * numel  # float32 masks on the CPU
     masks = method.masks()
     assert all(m.dtype == torch.bool for m in masks.values())
     next(iter(masks.values())).fill_(True)  # a copy: the method's masks are unchanged
     assert method.density() < 0.5
+
+
+def test_a_checkpoint_load_zeroes_masked_positions() -> None:
+    method = micro_method("set", ADAMW)
+    method.train_segment(micro_batches(), 2)
+    state = method.state_dict()
+    name = next(iter(method.masks()))
+    state["model"][name] = state["model"][name] + 1.0  # nonzero everywhere, masked positions too
+    restored = micro_method("set", ADAMW)
+    restored.load_state_dict(state)
+    assert_zero_where_masked(restored, restored.masks())
 
 
 def test_invalid_parameters_are_rejected() -> None:

@@ -1,20 +1,33 @@
-"""The masking engine: in-place masking of gradients, weights and optimizer state."""
+"""The masking engine: bool masks, in-place masking of gradients, and the invariant that weights
+and optimizer state stay exactly zero at masked positions when only the gradient is masked."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dstbench.optim import build_optimizer
+from dstbench.optim import build_optimizer, state_tensors
 from dstbench.sparse.masks import MaskSet
+from dstbench.trackers.memory import unique_bytes
 from dstbench.vit import prunable_weights
 from tests.conftest import ADAMW, SGD, micro_vit
 
 
-def _engine(optimizer_spec: dict, mask_dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, torch.optim.Optimizer, MaskSet]:
+# Every optimizer dstbench builds: SGD with momentum (plain, coupled weight decay, nesterov) and
+# AdamW (decoupled weight decay), each tested with torch's per-parameter loop (its CPU default) and
+# its multi-tensor implementation (its CUDA default).
+OPTIMIZERS = {
+    "sgd": SGD,
+    "sgd_decay": {**SGD, "weight_decay": 0.01},
+    "sgd_nesterov": {**SGD, "nesterov": True, "weight_decay": 0.01},
+    "adamw": ADAMW,
+}
+
+
+def _engine(optimizer_spec: dict) -> tuple[torch.nn.Module, torch.optim.Optimizer, MaskSet]:
     model = micro_vit()
     optimizer = build_optimizer(optimizer_spec, model)
-    engine = MaskSet(prunable_weights(model), optimizer, mask_dtype=mask_dtype)
+    engine = MaskSet(prunable_weights(model), optimizer)
     allotment = {name: w.numel() // 4 for name, w in engine.weights.items()}
     engine.init_random(allotment, torch.Generator().manual_seed(0))
     return model, optimizer, engine
@@ -33,15 +46,15 @@ def test_init_random_allots_exact_counts_and_zeroes_the_rest() -> None:
         assert torch.all(engine.weights[name][mask] != 0)
 
 
-def test_cpu_masks_are_kept_in_the_weight_dtype() -> None:
-    # A bool mask would make every in-place multiply on the CPU allocate a converted copy.
+def test_masks_are_bool_one_byte_per_weight() -> None:
     _, _, engine = _engine(ADAMW)
-    assert all(m.dtype == torch.float32 for m in engine.buffers().values())
+    buffers = engine.buffers()
+    assert all(m.dtype == torch.bool for m in buffers.values())
+    assert unique_bytes(buffers.values()) == engine.numel()
 
 
-@pytest.mark.parametrize("mask_dtype", [None, torch.bool])
-def test_gradients_are_masked_in_place(mask_dtype: torch.dtype | None) -> None:
-    model, optimizer, engine = _engine(ADAMW, mask_dtype)
+def test_gradients_are_masked_in_place() -> None:
+    model, optimizer, engine = _engine(ADAMW)
     _step(model, optimizer)
     pointers = {name: w.grad.data_ptr() for name, w in engine.weights.items()}
     assert any(torch.any(w.grad[~engine.active(n)] != 0) for n, w in engine.weights.items())
@@ -52,26 +65,54 @@ def test_gradients_are_masked_in_place(mask_dtype: torch.dtype | None) -> None:
         assert torch.any(weight.grad[engine.active(name)] != 0)
 
 
-@pytest.mark.parametrize("spec,keys", [(ADAMW, ("exp_avg", "exp_avg_sq")), (SGD, ("momentum_buffer",))])
-def test_weights_and_optimizer_state_are_masked_in_place(spec: dict, keys: tuple[str, ...]) -> None:
-    model, optimizer, engine = _engine(spec)
+@pytest.mark.parametrize("foreach", [False, True], ids=["loop", "foreach"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_masking_only_the_gradient_keeps_weights_and_state_exactly_zero(name: str, foreach: bool) -> None:
+    # The lean step: the gradient is the only thing masked, yet after several steps every masked
+    # weight and every optimizer-state entry there is exactly 0, while the active ones moved.
+    model, optimizer, engine = _engine({**OPTIMIZERS[name], "foreach": foreach})
+    before = {n: w.detach().clone() for n, w in engine.weights.items()}
+    for _ in range(3):
+        _step(model, optimizer)
+        engine.mask_grads()
+        optimizer.step()
+    for n, weight in engine.weights.items():
+        active = engine.active(n)
+        assert torch.all(weight[~active] == 0), f"{name}: a masked weight moved"
+        assert not torch.equal(weight[active], before[n][active])
+        states = state_tensors(optimizer, weight)
+        assert states, f"{name}: no element-wise state to check"
+        for value in states:
+            assert torch.all(value[~active] == 0), f"{name}: optimizer state moved at a masked position"
+            assert torch.any(value[active] != 0)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_enforce_zeroes_weights_and_state_after_a_step_on_the_dense_gradient(name: str) -> None:
+    model, optimizer, engine = _engine(OPTIMIZERS[name])
     _step(model, optimizer)
-    optimizer.step()  # unmasked gradient: masked weights and their state become nonzero
-    name, weight = next(iter(engine.weights.items()))
-    state = optimizer.state[weight]
-    assert all(torch.any(state[key][~engine.active(name)] != 0) for key in keys)
-    pointers = {key: state[key].data_ptr() for key in keys}
-    weight_pointer = weight.data_ptr()
-    engine.mask_weights()
-    engine.mask_state()
-    for name, weight in engine.weights.items():
-        mask = engine.active(name)
+    optimizer.step()  # unmasked gradient (Chase's update step): masked weights and state move
+    name0, weight0 = next(iter(engine.weights.items()))
+    states = state_tensors(optimizer, weight0)
+    assert states and all(torch.any(v[~engine.active(name0)] != 0) for v in states)
+    assert torch.any(weight0[~engine.active(name0)] != 0)
+    pointers = [v.data_ptr() for v in states] + [weight0.data_ptr()]
+    engine.enforce()
+    for n, weight in engine.weights.items():
+        mask = engine.active(n)
         assert torch.all(weight[~mask] == 0) and torch.all(weight[mask] != 0)
-        for key in keys:
-            assert torch.all(optimizer.state[weight][key][~mask] == 0)
-    weight = next(iter(engine.weights.values()))
-    assert weight.data_ptr() == weight_pointer
-    assert all(optimizer.state[weight][key].data_ptr() == pointers[key] for key in keys)
+        for value in state_tensors(optimizer, weight):
+            assert torch.all(value[~mask] == 0)
+    assert [v.data_ptr() for v in state_tensors(optimizer, weight0)] + [weight0.data_ptr()] == pointers
+
+
+def test_enforce_zeroes_a_non_finite_value_at_a_masked_position() -> None:
+    _, _, engine = _engine(ADAMW)
+    name, weight = next(iter(engine.weights.items()))
+    masked = torch.nonzero(~engine.active(name))[0]
+    weight.data[tuple(masked)] = float("nan")
+    engine.enforce()
+    assert weight[tuple(masked)] == 0
 
 
 def test_set_mask_zeroes_grown_and_pruned_weights_and_state_and_keeps_the_rest() -> None:
