@@ -104,6 +104,7 @@ def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
         density=case.density,
         params=dict(case.params),
         precision=suite.precision,
+        fuse_norms=suite.fuse_norms,
         batch_size=suite.batch_size,
         mode=suite.mode,
     )

@@ -31,6 +31,7 @@ class CaseResult:
     status: str = "ok"
     device: str | None = None
     precision: str | None = None
+    fuse_norms: bool | None = None  # the suite's harness option, applied to every method alike
     batch_size: int | None = None
     mode: str = "speed"
     # speed

@@ -36,13 +36,19 @@ def headline_text(derived: pd.DataFrame) -> str:
     lines = []
     if h["speedup"]:
         s = h["speedup"]
+        dense = s.get("vs_dense")
         lines.append(
             f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
             f"95% CI [{s['ci_low']:.2f}, {s['ci_high']:.2f}])"
+            + (f"; vs dense {dense['value']:.2f}x [{dense['ci_low']:.2f}, {dense['ci_high']:.2f}]" if dense else "")
         )
     if h["memory"]:
         m = h["memory"]
-        lines.append(f"best memory reduction vs {h['reference']}: {m['value'] * 100:.1f}% ({m['method']} at density {m['density']:g}, {m['basis']})")
+        harness = "; " + ", ".join(h["harness"]) + " (every method alike)" if h.get("harness") else ""
+        lines.append(
+            f"best memory reduction vs {h['reference']}: {m['value'] * 100:.1f}% ({m['method']} at density "
+            f"{m['density']:g}, {m['basis']}{harness})"
+        )
     lines.append(f"cases: {h['cases'] - h['failed']} of {h['cases']} ok" + (f", {h['failed']} failed" if h["failed"] else ""))
     loading = data_loading(derived)
     if loading:

@@ -119,6 +119,71 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
         out[key] = pd.Series(values_list, index=out.index, dtype=object if key in ("reference", "memory_basis") else float)
     # Named even where no case could be compared with it (the reference failed everywhere).
     out.attrs["reference"] = reference
+    add_baseline_ratios(out, frame)
+    return out
+
+
+# -- the baselines beside the reference: dense, and small_dense's shapes -------------------------------
+BASELINE_COLUMNS = ("speedup_vs_dense", "speedup_vs_dense_ci_low", "speedup_vs_dense_ci_high", "shape_limit", "shape_fraction")
+SHAPE_BASELINE = "small_dense"  # a dense model of the compact methods' shapes (methods/small_dense.py)
+
+
+def speedup_against(frame: pd.DataFrame, row: pd.Series, method: str) -> tuple[float, float, float]:
+    """median(`method`) / median(this row) at the row's density (a dense `method` at 1.0), with the
+    same 95% interval as `speedup`; NaNs where either side has no timed ok case."""
+    other = reference_row(frame, method, float(row["density"]), row.get("run"))
+    if row["status"] != "ok" or other is None or not present(row.get("median_ms")) or not present(other.get("median_ms")):
+        return (np.nan, np.nan, np.nan)
+    if float(row["median_ms"]) <= 0:
+        return (np.nan, np.nan, np.nan)
+    value = float(other["median_ms"]) / float(row["median_ms"])
+    if other.name == row.name:
+        return (value, 1.0, 1.0)
+    low, high = bootstrap_speedup_ci(segment_samples(other.get("segment_ms")), segment_samples(row.get("segment_ms")))
+    return (value, low, high)
+
+
+def add_baseline_ratios(out: pd.DataFrame, frame: pd.DataFrame) -> None:
+    """Columns beside the reference's figures, in place:
+
+    - `speedup_vs_dense` (and its CI): the speedup against dense at 1.0, whatever the reference.
+    - `shape_limit`, for compact methods: the speedup against the reference that small_dense (a
+      plain dense model of the same shapes, nothing else) reaches at the same density, i.e. what a
+      compact method at these shapes can at best reach; the FLOP limit is not it, since time does not
+      scale with FLOPs at small shapes. `shape_fraction` = median(small_dense) / median(method): the
+      share of it reached (1 = as fast as a plain model of its shapes).
+    """
+    values: dict[str, list[float]] = {key: [] for key in BASELINE_COLUMNS}
+    reference = out.attrs.get("reference")
+    for _, row in frame.iterrows():
+        vs_dense = speedup_against(frame, row, "dense")
+        shape_limit = shape_fraction = np.nan
+        if row.get("kind") == "compact":
+            shape_fraction = speedup_against(frame, row, SHAPE_BASELINE)[0]
+            small = reference_row(frame, SHAPE_BASELINE, float(row["density"]), row.get("run"))
+            if small is not None and reference:
+                shape_limit = speedup_against(frame, small, reference)[0]
+        for key, value in zip(BASELINE_COLUMNS, (*vs_dense, shape_limit, shape_fraction)):
+            values[key].append(value)
+    for key, column in values.items():
+        out[key] = pd.Series(column, index=out.index, dtype=float)
+
+
+HARNESS_OPTIONS = ("fuse_norms", "precision")  # set by the suite for every method alike; they move ratios
+
+
+def harness_options(derived: pd.DataFrame) -> list[str]:
+    """The harness settings the cases ran with that move the memory (and speed) ratios, e.g.
+    ['fuse_norms on', 'precision fp32']; a setting that differs between cases lists each value.
+    Settings a result line does not record are left out."""
+    out = []
+    for key in HARNESS_OPTIONS:
+        if key not in derived:
+            continue
+        seen = [v for v in dict.fromkeys(derived[key]) if present(v)]
+        words = [("on" if v else "off") if isinstance(v, (bool, np.bool_)) else str(v) for v in seen]
+        if words:
+            out.append(f"{key} {' / '.join(words)}")
     return out
 
 
@@ -150,6 +215,7 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
         out["speedup"] = {
             "method": best["method"], "density": float(best["density"]), "value": float(best["speedup"]),
             "ci_low": float(best["speedup_ci_low"]), "ci_high": float(best["speedup_ci_high"]),
+            "vs_dense": _vs_dense(best, reference),
         }
     memory = others[others["memory_reduction"].notna()]
     if not memory.empty:
@@ -158,4 +224,12 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
             "method": best["method"], "density": float(best["density"]),
             "value": float(best["memory_reduction"]), "basis": best["memory_basis"],
         }
+    out["harness"] = harness_options(derived)
     return out
+
+
+def _vs_dense(row: pd.Series, reference: str | None) -> dict[str, float] | None:
+    """The headline case's speedup against dense, shown beside the one against the reference."""
+    if reference == "dense" or not present(row.get("speedup_vs_dense")):
+        return None
+    return {key: float(row[f"speedup_vs_dense{suffix}"]) for key, suffix in (("value", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))}

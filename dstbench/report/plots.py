@@ -61,7 +61,8 @@ def _reference(derived: pd.DataFrame) -> str:
 @register_plot(
     "speedup_plot", "Speedup vs density", order=100,
     caption="Ratio of median segment times at each density, with its 95% bootstrap interval; dashed: "
-    "the speedup the FLOP count allows.",
+    "the speedup the FLOP count allows; dotted (compact methods): the speedup small_dense, a plain dense "
+    "model of the same shapes, reaches.",
 )
 def speedup_plot(derived: pd.DataFrame) -> Figure | None:
     frame, colors = _with_series(derived)
@@ -77,10 +78,16 @@ def speedup_plot(derived: pd.DataFrame) -> Figure | None:
         limit = group[group["flop_limit"].notna()]
         if not limit.empty:
             ax.plot(limit["density"], limit["flop_limit"], linestyle="--", marker="x", color=colors[name], alpha=0.7)
+        shape = group[group["shape_limit"].notna()] if "shape_limit" in group else group.iloc[:0]
+        if not shape.empty:
+            ax.plot(shape["density"], shape["shape_limit"], linestyle=":", marker="+", color=colors[name], alpha=0.7)
     ax.axhline(1.0, color="0.3", linewidth=0.8)
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Line2D([], [], color="0.3", linestyle="--", marker="x"))
     labels.append("FLOP limit")
+    if "shape_limit" in frame and frame["shape_limit"].notna().any():
+        handles.append(Line2D([], [], color="0.3", linestyle=":", marker="+"))
+        labels.append("shape limit")
     ax.legend(handles, labels, loc="best", fontsize="small")
     ax.set(xlabel="density", ylabel=f"speedup vs {_reference(derived)} (×)")
     return figure

@@ -31,6 +31,15 @@ def _speedup(r: pd.Series) -> str:
     return text
 
 
+def _speedup_vs_dense(r: pd.Series) -> str:
+    if missing(r.get("speedup_vs_dense")):
+        return DASH
+    text = f"{r['speedup_vs_dense']:.2f}×"
+    if not missing(r.get("speedup_vs_dense_ci_low")):
+        text += f" [{r['speedup_vs_dense_ci_low']:.2f}, {r['speedup_vs_dense_ci_high']:.2f}]"
+    return text
+
+
 def run_label(run: Any) -> str:
     return Path(str(run)).name
 
@@ -77,19 +86,25 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
         cells(r)
         + [
             _num(r.get("median_ms"), ".1f"), _num(r.get("iqr_ms"), ".1f"), _num(r.get("images_per_s"), ".1f"),
-            _speedup(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")), percent(r.get("topology_share")),
+            _speedup(r), _speedup_vs_dense(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")),
+            _times(r.get("shape_limit")), percent(r.get("shape_fraction")), percent(r.get("topology_share")),
         ]
         for _, r in rows.iterrows()
     ]
     return Table(
-        headers + ["median ms", "IQR ms", "images/s", f"speedup vs {ref} [95% CI]", "FLOP limit", "of limit", "topology share"],
+        headers + [
+            "median ms", "IQR ms", "images/s", f"speedup vs {ref} [95% CI]", "vs dense [95% CI]", "FLOP limit", "of limit",
+            "shape limit", "of shape limit", "topology share",
+        ],
         body,
-        align=["left"] * len(headers) + ["right"] * 7,
+        align=["left"] * len(headers) + ["right"] * 10,
         note=(
             f"Median and interquartile range of the timed segments; speedup is median({ref}) / median(method) "
-            "at the same density with a percentile bootstrap interval; FLOP limit is the speedup the FLOP "
-            "count allows and 'of limit' the measured share of it; topology share is the fraction of "
-            "segment time spent in topology updates."
+            "at the same density with a percentile bootstrap interval, and beside it the same against dense; "
+            "FLOP limit is the speedup the FLOP count allows and 'of limit' the measured share of it; shape "
+            "limit (compact methods) is the speedup small_dense, a plain dense model of the same shapes, "
+            "reaches, and 'of shape limit' median(small_dense) / median(method); topology share is the "
+            "fraction of segment time spent in topology updates."
         ),
         row_classes=_classes(rows),
     )
@@ -199,9 +214,12 @@ def summary_table(derived: pd.DataFrame, reference: str, fmt: str = "simple") ->
         cells(r)
         + [
             _num(r.get("median_ms"), ".1f"), _num(r.get("images_per_s"), ".1f"), mib(r.get("peak_memory_bytes")),
-            mib(r.get("state_bytes")), mib(r.get("activation_bytes")), _speedup(r), percent(r.get("memory_reduction")),
+            mib(r.get("state_bytes")), mib(r.get("activation_bytes")), _speedup(r), _speedup_vs_dense(r),
+            percent(r.get("memory_reduction")),
         ]
         for _, r in rows.iterrows()
     ]
-    headers += ["median ms", "images/s", "peak MiB", "state MiB", "activation MiB", f"speedup vs {reference}", "memory reduction"]
+    headers += [
+        "median ms", "images/s", "peak MiB", "state MiB", "activation MiB", f"speedup vs {reference}", "vs dense", "memory reduction",
+    ]
     return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)
