@@ -44,7 +44,7 @@ def headline_text(derived: pd.DataFrame) -> str:
         )
     if h["memory"]:
         m = h["memory"]
-        harness = "; " + ", ".join(h["harness"]) + " (every method alike)" if h.get("harness") else ""
+        harness = "; " + ", ".join(h["harness"]) + " for every method" if h.get("harness") else ""
         lines.append(
             f"best memory reduction vs {h['reference']}: {m['value'] * 100:.1f}% ({m['method']} at density "
             f"{m['density']:g}, {m['basis']}{harness})"

@@ -83,13 +83,21 @@ def test_harness_options_name_every_value_seen(tmp_path: Path) -> None:
 
 def test_headline_carries_speedup_vs_dense_and_harness_options(derived: pd.DataFrame, run_dir: Path) -> None:
     h = headline(derived)
-    assert h["speedup"]["method"] == "small_dense" and h["speedup"]["vs_dense"]["value"] == pytest.approx(200 / 38)
+    # small_dense is faster (38 ms) and smaller than barter, but a baseline is never the headline.
+    assert h["speedup"]["method"] == "barter" and h["speedup"]["vs_dense"]["value"] == pytest.approx(200 / 40)
+    assert h["memory"]["method"] == "barter"
     assert h["harness"] == ["fuse_norms on", "precision fp32"]
     text = headline_text(derived)
-    assert "best speedup vs rigl: 2.63x (small_dense at density 0.1" in text and "; vs dense 5.26x [" in text
-    assert "state + activation bytes; fuse_norms on, precision fp32 (every method alike))" in text
+    assert "best speedup vs rigl: 2.50x (barter at density 0.1" in text and "; vs dense 5.00x [" in text
+    assert "state + activation bytes; fuse_norms on, precision fp32 for every method)" in text
     # Against dense itself, nothing is repeated.
     assert headline(derive(load_frame([run_dir]), "dense"))["speedup"]["vs_dense"] is None
+
+
+def test_baselines_are_named_when_nothing_else_ran(tmp_path: Path) -> None:
+    lines = [ok_line("s", *case) for case in CASES if case[0] == "dense"] + [ok_line("s", *case) for case in SMALL_DENSE]
+    derived = derive(load_frame([write_run(tmp_path, "only-baselines", lines)]), "dense")
+    assert headline(derived)["speedup"]["method"] == "small_dense"
 
 
 def test_tables_show_the_new_columns(derived: pd.DataFrame) -> None:
@@ -105,11 +113,11 @@ def test_tables_show_the_new_columns(derived: pd.DataFrame) -> None:
 def test_markdown_and_html_headlines(derived: pd.DataFrame, run_dir: Path) -> None:
     page = build_page(derived, [run_dir], images=False)
     markdown = render_markdown(page)
-    assert "**Best speedup vs rigl: 2.63×** (small_dense at density 0.1, 95% CI [" in markdown
-    assert "; **vs dense: 5.26×** [" in markdown
+    assert "**Best speedup vs rigl: 2.50×** (barter at density 0.1, 95% CI [" in markdown
+    assert "; **vs dense: 5.00×** [" in markdown
     assert "state + activation bytes; fuse_norms on, precision fp32 for every method)" in markdown
     html = render_html(page)
-    assert "vs dense: <strong>5.26×</strong>" in html and "fuse_norms on, precision fp32 for every method" in html
+    assert "vs dense: <strong>5.00×</strong>" in html and "fuse_norms on, precision fp32 for every method" in html
 
 
 def test_speedup_plot_draws_the_shape_limit(derived: pd.DataFrame) -> None:
