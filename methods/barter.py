@@ -23,12 +23,17 @@ from torch import nn
 from dstbench import distributed, phases
 from dstbench.compact.importance import TaylorImportance
 from dstbench.compact.surgery import Swap, blank_units, remap_optimizer, resize_units
-from dstbench.compact.topology import assign_slots, plan_exchange
+from dstbench.compact.topology import assign_slots, exchange_counts, made_by, plan_exchange
 from dstbench.compact.vit import compact_blocks, compact_vit, full_prunable_numel, topology
 from dstbench.method import Method
 from dstbench.optim import build_optimizer
 from dstbench.registry import register_method
 from dstbench.schedule import UpdateSchedule, round_half_up
+
+
+FRESH_UNITS = ("split", "rescale", "exempt")
+GROW = ("clone", "clone_or_new")
+KINDS = ("heads", "hidden")
 
 
 @register_method("barter", kind="compact")
@@ -48,6 +53,8 @@ class Barter(Method):
         t_end: float = 0.75  # end of updates (exclusive): a fraction of total_steps (<= 1) or a step
         drop_fraction: float = 0.3  # units exchanged at the first update (cosine decay to 0)
         clone_noise: float = 0.1  # relative, zero-sum noise on the split of a clone's outgoing weights
+        fresh_units: str = "split"  # units made at the last update: split | rescale | exempt
+        grow: str = "clone"  # clone | clone_or_new
 
     def __init__(self, model: nn.Module, *, density: float, **kwargs: Any) -> None:
         # The base validates everything and builds an optimizer over the dense model (no state yet);
@@ -55,6 +62,10 @@ class Barter(Method):
         super().__init__(model, density=density, **kwargs)
         if self.params.clone_noise < 0:
             raise ValueError(f"clone_noise must be >= 0, got {self.params.clone_noise}")
+        if self.params.fresh_units not in FRESH_UNITS:
+            raise ValueError(f"fresh_units must be one of {', '.join(FRESH_UNITS)}, got {self.params.fresh_units!r}")
+        if self.params.grow not in GROW:
+            raise ValueError(f"grow must be one of {', '.join(GROW)}, got {self.params.grow!r}")
         compact_vit(self._model, density, fuse_norms=self.fuse_norms)
         self._optimizer = build_optimizer(self.optimizer_spec, self._model)
         self.schedule = UpdateSchedule(
@@ -65,6 +76,10 @@ class Barter(Method):
         self.importance = TaylorImportance(self._model, self.scaler, from_synced_grads=self.distributed)
         self.history: list[dict[str, Any]] = [self._snapshot(0)]
         self.updates_skipped = 0  # updates left out because a score was not finite
+        # Per unit (flat, as the importance buffers), how it was made at the last exchange: the
+        # number of copies its source was split into, 1 for a new unit, 0 if not made then. Host.
+        budgets = self.budgets()
+        self.made = {kind: torch.zeros(n, dtype=torch.long) for kind, n in budgets.items()}
 
     # -- what the harness reads -------------------------------------------------------------------
     def topology(self) -> list[dict[str, int]]:
@@ -115,51 +130,82 @@ class Barter(Method):
     def update_topology(self, step: int) -> None:
         fraction = self.schedule.fraction(step)
         blocks = compact_blocks(self.model)
+        modules = {"heads": [b.attn for b in blocks], "hidden": [b.mlp for b in blocks]}
         with self.update_phase(phases.SCORING):
+            flat = [self.importance.heads, self.importance.channels]
+            if self.params.grow == "clone_or_new":
+                flat += [_grow_scores(modules["heads"]), _grow_scores(modules["hidden"])]
+            flat = torch.cat(flat)
             if self.distributed:
                 # The scores come from the averaged gradients, so they are the global batch's and
                 # the same on every rank already; taking rank 0's makes every rank plan the same
                 # exchange by construction (the generator was agreed before the update too).
-                distributed.broadcast_(self.importance.heads)
-                distributed.broadcast_(self.importance.channels)
+                distributed.broadcast_(flat)
             # The update's one host-device sync. A copy even on the CPU (where `.cpu()` would return
             # the accumulator itself), since the accumulators are reset right after.
-            head_scores = self.importance.heads.to("cpu", copy=True)
-            channel_scores = self.importance.channels.to("cpu", copy=True)
+            flat = flat.to("cpu", copy=True)
             self.importance.reset()
-        if not (torch.isfinite(head_scores).all() and torch.isfinite(channel_scores).all()):
+        if not torch.isfinite(flat).all():
             # A diverged step left a NaN or inf score, which would rank first: keep the topology,
             # as the masked methods skip an update on a non-finite gradient.
             self.updates_skipped += 1
             self.history.append(self._snapshot(step, skipped=True))
             return
+        sizes = {"heads": len(self.importance.heads), "hidden": len(self.importance.channels)}
+        scores = dict(zip(KINDS, flat[: sum(sizes.values())].split([sizes["heads"], sizes["hidden"]])))
+        growth = flat[sum(sizes.values()) :]
+        growth = growth.split([sizes["heads"] + len(blocks), sizes["hidden"] + len(blocks)]) if len(growth) else ()
+        plans, stats = {}, {}
         with self.update_phase(phases.PRUNE_GROW):
-            budgets = self.budgets()
-            k_heads = round_half_up(fraction * budgets["heads"])
-            k_hidden = round_half_up(fraction * budgets["hidden"])
-            head_plan = plan_exchange(
-                head_scores, [b.attn.num_heads for b in blocks], [b.attn.max_units for b in blocks], k_heads, self.generator
-            )
-            hidden_plan = plan_exchange(
-                channel_scores, [b.mlp.hidden for b in blocks], [b.mlp.max_units for b in blocks], k_hidden, self.generator
-            )
+            for index, kind in enumerate(KINDS):
+                counts = [len(m.slots) for m in modules[kind]]
+                caps = [m.max_units for m in modules[kind]]
+                made = self.made[kind]
+                options: dict[str, Any] = {}
+                if self.params.fresh_units == "rescale":
+                    # A copy is scored as its source would be: the 1/k split undone.
+                    scores[kind] = scores[kind] * made.clamp(min=1).to(scores[kind].dtype)
+                elif self.params.fresh_units == "exempt":
+                    options["protected"] = made > 0
+                if growth:
+                    options["grow_scores"], new = growth[index].split([sizes[kind], len(blocks)])
+                    room = [c < cap and _makes_new_units(m) for c, cap, m in zip(counts, caps, modules[kind])]
+                    options["new_scores"] = torch.where(torch.tensor(room), new, torch.nan)
+                k = round_half_up(fraction * sizes[kind])
+                plans[kind] = plan_exchange(scores[kind], counts, caps, k, self.generator, **options)
+                made_before = made > 0
+                stats[kind] = exchange_counts(plans[kind], counts)
+                kept = torch.zeros(sizes[kind], dtype=torch.bool)
+                offset = 0
+                for sources, c in zip(plans[kind], counts):
+                    kept[[offset + s for s in sources if s >= 0]] = True
+                    offset += c
+                stats[kind].update(
+                    population=sizes[kind],
+                    clone_population=int(made_before.sum()),
+                    pruned_clones=int((made_before & ~kept).sum()),
+                )
+                self.made[kind] = torch.tensor(made_by(plans[kind]), dtype=torch.long)
         with self.update_phase(phases.RESIZE):
             swaps: list[Swap] = []
-            for block, heads, hidden in zip(blocks, head_plan, hidden_plan):
-                for module, sources in ((block.attn, heads), (block.mlp, hidden)):
+            for kind in KINDS:
+                for module, sources in zip(modules[kind], plans[kind]):
                     if sources == list(range(len(module.slots))):
                         continue  # untouched block: its Parameters (and hooks) stay
                     module.slots = assign_slots(module.slots, sources, module.max_units)
+                    n_new = sum(1 for s in sources if s < 0)
                     swaps += resize_units(
-                        module.unit_axes(), sources, noise=self.params.clone_noise, generator=self.generator
+                        module.unit_axes(), sources, noise=self.params.clone_noise, generator=self.generator,
+                        new_values=module.new_unit_values(n_new, self.generator) if n_new else None,
                     )
             self.importance.attach()
         with self.update_phase(phases.STATE_REMAP):
             remap_optimizer(self.optimizer, swaps)
-        moved_heads = sum(len(p) - len(set(p)) for p in head_plan)
-        moved_hidden = sum(len(p) - len(set(p)) for p in hidden_plan)
         self.history.append(
-            self._snapshot(step, fraction=fraction, cloned_heads=moved_heads, cloned_hidden=moved_hidden)
+            self._snapshot(
+                step, fraction=fraction, cloned_heads=stats["heads"]["cloned"], cloned_hidden=stats["hidden"]["cloned"],
+                exchange=stats,
+            )
         )
 
     # -- checkpoints --------------------------------------------------------------------------------
@@ -169,6 +215,7 @@ class Barter(Method):
                 {"head_slots": list(b.attn.slots), "hidden_slots": list(b.mlp.slots)} for b in compact_blocks(self.model)
             ],
             "importance": {"heads": self.importance.heads.clone(), "channels": self.importance.channels.clone()},
+            "made": {kind: made.clone() for kind, made in self.made.items()},
             "history": [dict(entry) for entry in self.history],
         }
 
@@ -194,4 +241,30 @@ class Barter(Method):
         self.importance.attach()
         self.importance.heads.copy_(state["importance"]["heads"])
         self.importance.channels.copy_(state["importance"]["channels"])
+        # Checkpoints from before `made` was kept: no unit counts as made at the last update.
+        for kind, made in state.get("made", {}).items():
+            self.made[kind] = made.clone().to("cpu", torch.long)
         self.history = [dict(entry) for entry in state["history"]]
+
+
+def _grow_scores(modules: list[Any]) -> torch.Tensor:
+    """RigL's grow criterion for whole units, from the update step's gradients (already there, so
+    nothing is added to the other steps): flat, every unit's outgoing-gradient norm (a clone of it
+    starts with exactly that gradient), then per block the norm of the output-bias gradient (a new
+    unit's outgoing gradient, see the module docstring); NaN where that bias has no gradient."""
+    units, new = [], []
+    for module in modules:
+        out = module.unit_axes()[-1]
+        weight = out.param
+        if weight.grad is None or not module.slots:
+            units.append(weight.new_zeros(len(module.slots)))
+        else:
+            units.append(weight.grad.view(weight.shape[0], len(module.slots), -1).square().sum(dim=(0, 2)).sqrt())
+        bias = out.module.bias
+        new.append(bias.grad.norm().view(1) if bias is not None and bias.grad is not None else weight.new_zeros(1))
+    return torch.cat(units + new).float()
+
+
+def _makes_new_units(module: Any) -> bool:
+    """A new unit needs a producing bias (its constant activation) and a consuming bias (its score)."""
+    return module.unit_axes()[-1].module.bias is not None and module.unit_axes()[0].module.bias is not None
