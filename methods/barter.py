@@ -7,9 +7,51 @@ blocks run norm1+qkv and norm2+fc1 fused, as every method's blocks then do. Trai
 compact model. Every `delta_t` steps until `t_end`, with the replaced fraction on RigL's cosine
 schedule, heads and channels are exchanged, each kind under its own fixed budget: the
 round(fraction * budget) units with the lowest
-accumulated Taylor importance (`dstbench.compact.importance`) are pruned and as many clones of the
-highest-scoring ones are made (Net2WiderNet, function-preserving); the tensors are resized and the
-optimizer state remapped (`dstbench.compact.surgery`), so no dense tensor ever exists.
+accumulated Taylor importance (`dstbench.compact.importance`) are pruned and as many units are grown;
+the tensors are resized and the optimizer state remapped (`dstbench.compact.surgery`), so no dense
+tensor ever exists.
+
+Units made at an update (`fresh_units`). A clone's outgoing weights are split 1/k between its k
+copies (Net2WiderNet, function-preserving), so each copy's Taylor score starts at 1/k of its
+source's: it says what removing one copy costs while the others stay, not whether the capacity
+was worth having, and the next update tends to prune a copy first (measured: see
+`reports/barter_ablation/`). `split` uses the scores as they are; `rescale` multiplies the score of
+every copy made at the previous update by its k (its source's scale: the split undone when
+comparing); `exempt` keeps every unit made at the previous update (each copy, the first included,
+and each new unit) out of the next prune, so it gets one interval of training before it is judged.
+A new unit has no source, so `rescale` scores it as it is. The default is `split`, chosen by
+measurement (`reports/barter_ablation/README.md`): `rescale` does make the scores comparable (units
+made at the previous update are then pruned about as often as their share of the population,
+instead of two to three times as often), but neither it nor `exempt` raised top-1 there, and
+`rescale` lowered it. A copy pruned at the next update leaves an exchange that changed little;
+forcing every exchange to take an established unit instead cost more than the moved capacity
+brought back in the steps left.
+
+Where capacity grows (`grow`). `clone`: the highest-scoring survivors are cloned into their own
+blocks, so capacity moves only where a unit already is, and a block that loses its last head never
+gets one back. `clone_or_new`: a block below its dense width (an empty one included) may also
+receive a *new* unit, and the grown units are chosen by RigL's grow criterion lifted to whole
+units, the norm of the gradient of the outgoing weights the grown unit would have, read from the
+update step's own gradients (already there: nothing is added to the other steps, no dense gradient,
+no extra pass). A clone of u starts with u's activation, so its outgoing gradient is u's own
+(the norm of u's fc2 or proj columns' gradient). A would-be unit has no gradient until it exists,
+so dstbench makes new units whose activation is known before they exist: the same on every token.
+A new head has zero value rows and a random unit-norm value bias e, so its context is e whatever it
+attends to; a new FFN channel has the fc1 bias b with act(b) = 1 (GELU: 1.14). Its outgoing
+gradient is then the branch's output-bias gradient times that activation, so its score is the norm
+of the output-bias gradient, exactly for a head and to first order in its fc1 row (drawn at timm's
+init scale, std 0.02, so that new channels differ) for a channel. q and k rows are drawn at timm's
+scale too, and every new unit starts with zero outgoing weights (the function is unchanged, as a
+RigL-grown weight starts at 0) and zero optimizer state. Each candidate, a survivor or a block's
+new unit, grows at most one unit per round (a round is one pass down the ranking), so the budgets
+stay exact as with clones. New units need the producing and consuming biases (timm's defaults).
+The default is `clone`: in the same ablation `clone_or_new` made new units (a third of the grown
+heads, a twentieth to a fifth of the grown channels) without a measurable change in top-1, so the
+simpler rule stays and `clone_or_new` is there to select.
+
+Each update records, per unit kind, `pruned`, `pruned_clones` (of those, units made at the previous
+update), `population`, `clone_population` (units made at the previous update before this one),
+`moved` (units that changed block), `cloned` and `new` in `topology_history[i]["exchange"]`.
 """
 
 from __future__ import annotations

@@ -98,6 +98,24 @@ def seed_summary(frame: pd.DataFrame, metrics: Sequence[str] = SEED_METRICS, lev
     return out.sort_values(["_density", "_rank"], kind="stable").drop(columns=["_rank", "_density"]).reset_index(drop=True)
 
 
+def paired_difference(frame: pd.DataFrame, baseline: str, metric: str = "top1", level: float = 0.95) -> pd.DataFrame:
+    """Per (method, density), `metric` minus the `baseline` method's at the same density and seed,
+    pooled over the seeds both finished: `n`, `diff_mean`, `diff_ci_low`, `diff_ci_high`. Pairing
+    by seed takes out what a seed does to every method alike (initial weights, data order)."""
+    seeds = seed_runs(pd.unique(frame["run"]))
+    ok = frame[(frame["status"] == "ok") if "status" in frame else slice(None)]
+    ok = ok.assign(seed=ok["run"].astype(str).map(seeds), value=pd.to_numeric(ok[metric], errors="coerce"))
+    base = ok[ok["method"] == baseline].set_index(["density", "seed"])["value"]
+    rows = []
+    for (method, density), cases in ok[ok["method"] != baseline].groupby(["method", "density"], sort=False):
+        diffs = [v - base[(density, s)] for s, v in zip(cases["seed"], cases["value"]) if (density, s) in base.index]
+        if diffs:
+            mean, low, high = mean_ci(diffs, level)
+            rows.append({"method": method, "density": float(density), "n": len(diffs), "diff_mean": mean,
+                         "diff_ci_low": low, "diff_ci_high": high})
+    return pd.DataFrame(rows)
+
+
 def format_mean_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:
     """`95.3 [94.1, 96.5]` (percentages by default); the mean alone when the interval is unknown."""
     if not math.isfinite(mean):

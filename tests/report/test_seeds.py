@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dstbench.report.derive import load_frame
-from dstbench.report.seeds import format_mean_ci, mean_ci, seed_runs, seed_summary, seed_table
+from dstbench.report.seeds import format_mean_ci, mean_ci, paired_difference, seed_runs, seed_summary, seed_table
 from tests.report.conftest import result_line, write_run
 
 SUITE = {"name": "ablation", "reference": "dense", "methods": ["dense", "barter"], "mode": "accuracy"}
@@ -53,3 +53,13 @@ def test_runs_that_differ_in_more_than_the_seed_are_not_pooled(tmp_path: Path) -
     with pytest.raises(ValueError, match="share a seed"):
         seed_runs([runs[0], same_seed])
     assert seed_table(pd.DataFrame({"run": [str(runs[0])], "method": ["dense"]})) is None  # one run: nothing to pool
+
+
+def test_paired_difference_matches_seeds(tmp_path: Path) -> None:
+    runs = [_seed_run(tmp_path, s) for s in (0, 1, 2)]
+    frame = load_frame(runs)
+    frame = pd.concat([frame, frame[frame["method"] == "barter"].assign(method="barter_b", top1=lambda f: f["top1"] + 0.01)])
+    diff = paired_difference(frame, "barter")
+    row = diff.set_index("method").loc["barter_b"]
+    assert row["n"] == 3 and row["diff_mean"] == pytest.approx(0.01) and row["diff_ci_high"] - row["diff_ci_low"] < 1e-9
+    assert "dense" not in set(diff["method"])  # no barter case at density 1: nothing to pair with
