@@ -200,34 +200,9 @@ class Barter(Method):
         plans, stats = {}, {}
         with self.update_phase(phases.PRUNE_GROW):
             for index, kind in enumerate(KINDS):
-                counts = [len(m.slots) for m in modules[kind]]
-                caps = [m.max_units for m in modules[kind]]
-                made = self.made[kind]
-                options: dict[str, Any] = {}
-                if self.params.fresh_units == "rescale":
-                    # A copy is scored as its source would be: the 1/k split undone.
-                    scores[kind] = scores[kind] * made.clamp(min=1).to(scores[kind].dtype)
-                elif self.params.fresh_units == "exempt":
-                    options["protected"] = made > 0
-                if growth:
-                    options["grow_scores"], new = growth[index].split([sizes[kind], len(blocks)])
-                    room = [c < cap and _makes_new_units(m) for c, cap, m in zip(counts, caps, modules[kind])]
-                    options["new_scores"] = torch.where(torch.tensor(room), new, torch.nan)
+                grow = growth[index].split([sizes[kind], len(blocks)]) if growth else None
                 k = round_half_up(fraction * sizes[kind])
-                plans[kind] = plan_exchange(scores[kind], counts, caps, k, self.generator, **options)
-                made_before = made > 0
-                stats[kind] = exchange_counts(plans[kind], counts)
-                kept = torch.zeros(sizes[kind], dtype=torch.bool)
-                offset = 0
-                for sources, c in zip(plans[kind], counts):
-                    kept[[offset + s for s in sources if s >= 0]] = True
-                    offset += c
-                stats[kind].update(
-                    population=sizes[kind],
-                    clone_population=int(made_before.sum()),
-                    pruned_clones=int((made_before & ~kept).sum()),
-                )
-                self.made[kind] = torch.tensor(made_by(plans[kind]), dtype=torch.long)
+                plans[kind], stats[kind] = self._plan(kind, modules[kind], scores[kind], k, grow)
         with self.update_phase(phases.RESIZE):
             swaps: list[Swap] = []
             for kind in KINDS:
@@ -249,6 +224,33 @@ class Barter(Method):
                 exchange=stats,
             )
         )
+
+    def _plan(
+        self, kind: str, modules: list[Any], scores: torch.Tensor, k: int, grow: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[list[list[int]], dict[str, int]]:
+        """One unit kind's exchange under the `fresh_units` rule (and, with `grow`, the per-unit and
+        per-block grow scores): the plan, what it does, and the units it makes, kept for the next."""
+        counts = [len(m.slots) for m in modules]
+        caps = [m.max_units for m in modules]
+        made = self.made[kind]
+        options: dict[str, Any] = {}
+        if self.params.fresh_units == "rescale":
+            scores = scores * made.clamp(min=1).to(scores.dtype)  # a copy at its source's scale
+        elif self.params.fresh_units == "exempt":
+            options["protected"] = made > 0
+        if grow is not None:
+            room = torch.tensor([c < cap and _makes_new_units(m) for c, cap, m in zip(counts, caps, modules)])
+            options["grow_scores"], options["new_scores"] = grow[0], torch.where(room, grow[1], torch.nan)
+        plan = plan_exchange(scores, counts, caps, k, self.generator, **options)
+        kept = torch.zeros(len(made), dtype=torch.bool)
+        offset = 0
+        for sources, count in zip(plan, counts):
+            kept[[offset + s for s in sources if s >= 0]] = True
+            offset += count
+        stats = exchange_counts(plan, counts)
+        stats.update(population=len(made), clone_population=int((made > 0).sum()), pruned_clones=int(((made > 0) & ~kept).sum()))
+        self.made[kind] = torch.tensor(made_by(plan), dtype=torch.long)
+        return plan, stats
 
     # -- checkpoints --------------------------------------------------------------------------------
     def extra_state_dict(self) -> dict[str, Any]:
