@@ -33,6 +33,11 @@ weight decay. SGD's coupled weight decay adds ``wd * p`` to the buffer, which do
 the share: there the rule is first order. With noise the shares of the copies are 1/k up to the
 noise, and the rule is first order in the noise. A removed unit's state is dropped; surviving
 units keep their rows.
+
+A source of `NEW` (-1) makes a *new* unit: its producing slices take the values the caller gives
+(zeros if none), its consuming slices are zero, so the network still computes the same function
+(as RigL grows a connection at zero), and its optimizer state starts at zero, as a grown
+connection's does. The step count is kept.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from torch import nn
 
 from dstbench.optim import STATE_POWERS
 
+NEW = -1  # the source of a new unit (see the module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +84,7 @@ class Swap:
     new: nn.Parameter
     sources: torch.Tensor | None  # None: a blank resize (no state carried)
     share: torch.Tensor | None  # per new unit, the fraction of its source's outgoing weights
+    fresh: torch.Tensor | None = None  # indices of units with source NEW (zero state); None: none
 
 
 def unit_shape(tensor: torch.Tensor, axis: UnitAxis, units: int) -> list[int]:
@@ -94,23 +101,43 @@ def flat_shape(tensor: torch.Tensor, axis: UnitAxis, units: int) -> list[int]:
 
 
 def gather_units(
-    tensor: torch.Tensor, axis: UnitAxis, sources: torch.Tensor, scale: torch.Tensor | None = None
+    tensor: torch.Tensor,
+    axis: UnitAxis,
+    sources: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    fresh: torch.Tensor | None = None,
+    fresh_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """A new tensor whose units are `tensor`'s units `sources`, each multiplied by `scale[j]`."""
+    """A new tensor whose units are `tensor`'s units `sources`, each multiplied by `scale[j]`.
+
+    `fresh`: the positions (indices into `sources`) of new units, whose source is `NEW`: they hold
+    `fresh_values` (laid out as `unit_shape(tensor, axis, len(fresh))`), or zeros."""
     old_units = axis.units(tensor)
     view = tensor.reshape(unit_shape(tensor, axis, old_units))
-    out = view.index_select(axis.axis + 1, sources)  # a fresh tensor: safe to scale in place
+    dim = axis.axis + 1
+    if fresh is not None:
+        # One zero unit after the old ones for NEW to read (the old tensor may hold no unit at all).
+        pad = list(view.shape)
+        pad[dim] = 1
+        view = torch.cat([view, view.new_zeros(pad)], dim)
+        sources = torch.where(sources == NEW, old_units, sources)
+    out = view.index_select(dim, sources)  # a fresh tensor: safe to scale in place
     if scale is not None:
         shape = [1] * out.dim()
-        shape[axis.axis + 1] = -1
+        shape[dim] = -1
         out.mul_(scale.to(out.dtype).view(shape))
+    if fresh is not None and fresh_values is not None:
+        out.index_copy_(dim, fresh, fresh_values.to(out.device, out.dtype))
     return out.reshape(flat_shape(tensor, axis, len(sources)))
 
 
 def _split_noise(
     out: torch.Tensor, axis: UnitAxis, sources: torch.Tensor, n_old: int, noise: float, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """Relative noise for the outgoing shares that sums to zero over the copies of each source."""
+    """Relative noise for the outgoing shares that sums to zero over the copies of each source (new
+    units, whose outgoing slices are zero, are grouped apart and stay zero)."""
+    sources = torch.where(sources == NEW, n_old, sources)
+    n_old += 1
     view = out.reshape(unit_shape(out, axis, len(sources)))
     # Drawn on the CPU from the caller's generator: the same draws on every device.
     xi = torch.randn(view.shape, generator=generator, dtype=torch.float32).to(out.device, out.dtype)
@@ -139,12 +166,15 @@ def resize_units(
     *,
     noise: float = 0.0,
     generator: torch.Generator | None = None,
+    new_values: Sequence[torch.Tensor | None] | None = None,
 ) -> list[Swap]:
     """Replace every parameter of `axes` by a new Parameter holding the units `sources`.
 
-    Survivors are copied, clones split their outgoing weights (see the module docstring). The new
-    Parameters are set on their modules; pass the result to `remap_optimizer` to move the optimizer
-    over to them.
+    Survivors are copied, clones split their outgoing weights, a `NEW` source makes a new unit (see
+    the module docstring). `new_values`, one entry per axis: the new units' slices of an "in" axis
+    (`unit_shape(param, axis, number of new units)`), None for zeros; "out" axes are always zero.
+    The new Parameters are set on their modules; pass the result to `remap_optimizer` to move the
+    optimizer over to them.
     """
     if not axes:
         return []
@@ -156,26 +186,36 @@ def resize_units(
     for axis in axes:
         if axis.units() != n_old:
             raise ValueError(f"{axis.name} holds {axis.units()} units, expected {n_old}")
-    if len(sources) and (int(sources.min()) < 0 or int(sources.max()) >= n_old):
-        raise ValueError(f"sources must lie in [0, {n_old})")
-    counts = torch.bincount(sources, minlength=n_old)
-    cloned = bool(len(sources)) and int(counts.max()) > 1
+    if len(sources) and (int(sources.min()) < NEW or int(sources.max()) >= n_old):
+        raise ValueError(f"sources must lie in [0, {n_old}), or be NEW ({NEW})")
+    is_new = sources == NEW
+    n_new = int(is_new.sum())
+    if new_values is not None and len(new_values) != len(axes):
+        raise ValueError(f"{len(new_values)} new_values for {len(axes)} axes")
+    # Counted over existing sources only; a new unit's share is 1 (its state is zero anyway).
+    counts = torch.bincount(torch.where(is_new, n_old, sources), minlength=n_old + 1)
+    counts[n_old] = 1
+    cloned = bool((counts > 1).any())
     device = axes[0].param.device
-    share = (1.0 / counts[sources].to(torch.float32)).to(device)
+    share = (1.0 / counts[torch.where(is_new, n_old, sources)].to(torch.float32)).to(device)
+    fresh = torch.nonzero(is_new).flatten().to(device) if n_new else None
     sources = sources.to(device)
     swaps = []
-    for axis in axes:
+    for index, axis in enumerate(axes):
         old_data = axis.param.detach()
         if axis.role == "out":
-            data = gather_units(old_data, axis, sources, share)
+            data = gather_units(old_data, axis, sources, share, fresh)
             if noise and cloned:
                 data = _split_noise(data, axis, sources, n_old, noise, generator)
         elif axis.role == "in":
-            data = gather_units(old_data, axis, sources)
+            values = new_values[index] if new_values is not None and n_new else None
+            if values is not None and list(values.shape) != unit_shape(old_data, axis, n_new):
+                raise ValueError(f"new values of {axis.name}: shape {list(values.shape)}, expected {unit_shape(old_data, axis, n_new)}")
+            data = gather_units(old_data, axis, sources, None, fresh, values)
         else:
             raise ValueError(f"role must be 'in' or 'out', got {axis.role!r}")
         old, new = _install(axis, data)
-        swaps.append(Swap(axis, old, new, sources, share))
+        swaps.append(Swap(axis, old, new, sources, share, fresh))
     return swaps
 
 
@@ -198,7 +238,7 @@ def _remap_state(state: dict, swap: Swap) -> dict:
             if key not in STATE_POWERS:
                 raise ValueError(f"no remap rule for optimizer state {key!r}")
             scale = swap.share ** STATE_POWERS[key] if swap.axis.role == "in" else None
-            new_state[key] = gather_units(value, swap.axis, swap.sources, scale)
+            new_state[key] = gather_units(value, swap.axis, swap.sources, scale, swap.fresh)
         else:  # `step`, or a momentum buffer of None: shape-free, kept as it is
             new_state[key] = value
     return new_state

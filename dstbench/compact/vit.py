@@ -62,6 +62,26 @@ class CompactAttention(nn.Module):
         axes.append(UnitAxis(self.proj, "weight", 1, "out", unit_size=self.head_dim))
         return axes
 
+    def new_unit_values(self, n: int, generator: torch.Generator | None = None) -> list[torch.Tensor | None] | None:
+        """Values of `n` new heads for `resize_units(..., new_values=...)`, one entry per unit axis,
+        or None when this attention cannot make one (no qkv bias).
+
+        Each new head's value rows are zero and its value bias a random unit vector `e`, so its
+        context vector is `e` at every token whatever it attends to: its outgoing (proj) gradient is
+        exactly `(sum of dL/d proj output) e^T` (see `methods/barter.py`). q and k rows are drawn as
+        timm initialises them (std 0.02) and differ between heads, as do the `e`: new heads are not
+        copies of each other. Drawn on the CPU from `generator`, then moved to the device."""
+        if self.qkv.bias is None:
+            return None
+        dim = self.qkv.in_features
+        weight = torch.zeros(3, n, self.head_dim, dim)
+        weight[:2] = NEW_UNIT_STD * torch.randn(2, n, self.head_dim, dim, generator=generator)
+        bias = torch.zeros(3, n, self.head_dim)
+        direction = torch.randn(n, self.head_dim, generator=generator)
+        bias[2] = direction / direction.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        device, dtype = self.qkv.weight.device, self.qkv.weight.dtype
+        return [weight.to(device, dtype), bias.to(device, dtype), None]
+
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if self.num_heads == 0:
             return self.proj_drop(_bias_only(self.proj, x))
@@ -100,6 +120,22 @@ class CompactMlp(nn.Module):
         axes.append(UnitAxis(self.fc2, "weight", 1, "out"))
         return axes
 
+    def new_unit_values(self, n: int, generator: torch.Generator | None = None) -> list[torch.Tensor | None] | None:
+        """Values of `n` new FFN channels for `resize_units(..., new_values=...)`, one entry per unit
+        axis, or None when this MLP cannot make one (no fc1 bias).
+
+        Each new channel's fc1 bias is the `b` with `act(b) = 1` and its fc1 row is drawn as timm
+        initialises it (std 0.02, so rows differ): its activation is 1 on every token up to the
+        small random part, and its outgoing (fc2) gradient is the sum of dL/d fc2 output to first
+        order in that part (see `methods/barter.py`)."""
+        if self.fc1.bias is None:
+            return None
+        dim = self.fc1.in_features
+        weight = NEW_UNIT_STD * torch.randn(1, n, 1, dim, generator=generator)
+        bias = torch.full((1, n, 1), unit_activation_bias(self.act))
+        device, dtype = self.fc1.weight.device, self.fc1.weight.dtype
+        return [weight.to(device, dtype), bias.to(device, dtype), None]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.hidden == 0:
             return self.drop2(_bias_only(self.fc2, x))
@@ -108,6 +144,22 @@ class CompactMlp(nn.Module):
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """Everything after fc1 (at least one channel)."""
         return mlp_after_fc1(self, h)
+
+
+NEW_UNIT_STD = 0.02  # timm's ViT initialises Linear weights with trunc_normal_(std=0.02)
+
+
+def unit_activation_bias(act: nn.Module) -> float:
+    """The pre-activation `b` in [0, 10] with `act(b) = 1`, by bisection (GELU: about 1.14; ReLU: 1).
+    The activation must be increasing there and reach 1, as GELU, ReLU and SiLU do."""
+    lo, hi = 0.0, 10.0
+    with torch.no_grad():
+        if not float(act(torch.tensor(lo, dtype=torch.float64))) <= 1.0 <= float(act(torch.tensor(hi, dtype=torch.float64))):
+            raise ValueError(f"{type(act).__name__} does not reach 1 on [0, 10]")
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if float(act(torch.tensor(mid, dtype=torch.float64))) < 1.0 else (lo, mid)
+    return (lo + hi) / 2
 
 
 def _bias_only(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:

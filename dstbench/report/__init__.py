@@ -6,7 +6,8 @@ report, and a static site of runs.
     tables.py       core table sections; tabulate rendering for the terminal and Markdown
     plots.py        core plot sections (seaborn); `plot_style`, `new_figure`, `series`, `palette`
     environment.py  run, machine and GPU-clock tables
-    topology.py     a compact method's topology history from `method_extras`
+    topology.py     a compact method's topology history from `method_extras`; the exchanges table
+    seeds.py        runs that differ only in their seed: means and intervals over seeds
     html.py         jinja2 pages (templates/*.j2, autoescaped); `dstbench report`'s HTML and Markdown
     cli.py          `dstbench report`
     publish.py      `dstbench publish`; history.py: each case across a site's runs

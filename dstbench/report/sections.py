@@ -23,6 +23,8 @@ SECTION_MODULES = (
     "dstbench.report.plots",
     "dstbench.report.environment",
     "dstbench.report.profile_section",
+    "dstbench.report.topology",
+    "dstbench.report.seeds",
 )
 
 

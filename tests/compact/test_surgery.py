@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dstbench.compact.surgery import UnitAxis, blank_units, gather_units, remap_optimizer, resize_units
+from dstbench.compact.surgery import NEW, UnitAxis, blank_units, gather_units, remap_optimizer, resize_units, unit_shape
 from dstbench.compact.vit import CompactAttention
 
 
@@ -200,3 +200,46 @@ def test_unknown_state_and_bad_sources_are_refused() -> None:
         remap_optimizer(opt, resize_units(model.unit_axes(), [0, 1]))
     with pytest.raises(ValueError, match="must lie in"):
         resize_units(model.unit_axes(), [0, 9])
+
+
+@pytest.mark.parametrize("make", [TwoLayer, Heads])
+def test_new_units_preserve_the_function_and_start_with_zero_state(make: type) -> None:
+    """NEW sources: the given producing values, zero consuming slices (same function), zero state;
+    survivors and clones next to them keep their values and state rules."""
+    torch.manual_seed(5)
+    model = make()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    _loss(model, _data(model)).backward()
+    opt.step()
+    x, _ = _data(model, seed=1)
+    before = model(x).detach()
+    axes = model.unit_axes()
+    kept_in = gather_units(axes[0].param.detach(), axes[0], torch.tensor([1]))
+    values = [torch.full(unit_shape(a.param, a, 2), 0.5) if a.role == "in" else None for a in axes]
+    n = axes[0].units()
+    sources = [1, NEW, 0, *range(2, n), 0, NEW]
+    fresh_at = torch.tensor([1, n + 2])
+    remap_optimizer(opt, resize_units(model.unit_axes(), sources, noise=0.2, generator=torch.Generator().manual_seed(0), new_values=values))
+    assert (model(x) - before).abs().max() <= 1e-5
+    for axis in model.unit_axes():
+        units = axis.param.detach().reshape(unit_shape(axis.param, axis, n + 3))
+        fresh = units.index_select(axis.axis + 1, fresh_at)
+        assert bool((fresh == (0.5 if axis.role == "in" else 0.0)).all()), axis.name
+        state = opt.state[axis.param]
+        for key in ("exp_avg", "exp_avg_sq"):
+            rows = state[key].reshape(unit_shape(axis.param, axis, n + 3)).index_select(axis.axis + 1, fresh_at)
+            assert float(rows.abs().max()) == 0.0 and float(state[key].abs().max()) > 0.0
+    torch.testing.assert_close(gather_units(model.unit_axes()[0].param.detach(), axes[0], torch.tensor([0])), kept_in)
+
+
+def test_new_units_can_fill_an_empty_layer() -> None:
+    model = TwoLayer()
+    resize_units(model.unit_axes(), [])
+    assert model.fc1.out_features == 0
+    x, _ = _data(model)
+    before = model(x).detach()
+    resize_units(model.unit_axes(), [NEW, NEW], new_values=[torch.ones(1, 2, 1, 6), torch.ones(1, 2, 1), None])
+    assert model.fc1.weight.shape == (2, 6) and float(model.fc2.weight.detach().abs().sum()) == 0.0
+    torch.testing.assert_close(model(x), before)
+    with pytest.raises(ValueError, match="new values of weight"):
+        resize_units(model.unit_axes(), [0, NEW], new_values=[torch.ones(1, 2, 1, 6), None, None])

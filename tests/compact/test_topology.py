@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from dstbench.compact.topology import assign_slots, plan_exchange
+from dstbench.compact.surgery import NEW
+from dstbench.compact.topology import assign_slots, exchange_counts, made_by, plan_exchange
 
 
 def _flat(plan: list[list[int]], counts: list[int]) -> list[int]:
@@ -64,3 +65,59 @@ def test_ties_follow_the_seed() -> None:
 def test_slots_survivors_keep_theirs_and_clones_take_free_ones() -> None:
     assert assign_slots([4, 0, 2], [2, 0, 2, 2], cap=6) == [2, 4, 0, 1]  # slot 0 freed by the pruned unit
     assert assign_slots([1], [], cap=3) == []
+
+
+def test_protected_units_are_never_pruned() -> None:
+    scores = torch.tensor([0.1, 0.2, 5.0, 9.0, 0.3, 4.0])
+    protected = torch.tensor([True, False, False, False, True, False])
+    plan = plan_exchange(scores, [3, 3], [8, 8], k=2, protected=protected)
+    # 0.1 and 0.3 are protected: 0.2 and 4.0 go; 9.0 and 5.0 are cloned.
+    assert plan == [[0, 2, 2], [0, 1, 0]]
+    # Fewer unprotected units than k: only those are exchanged.
+    all_but_one = torch.tensor([True, True, True, True, True, False])
+    assert exchange_counts(plan_exchange(scores, [3, 3], [8, 8], k=3, protected=all_but_one), [3, 3])["pruned"] == 1
+
+
+def test_new_units_compete_with_clones_on_grow_scores() -> None:
+    scores = torch.tensor([1.0, 2.0, 3.0, 4.0])  # block 0: units 0, 1; block 1: units 2, 3; block 2: empty
+    grow = torch.tensor([0.5, 0.1, 0.2, 0.3])
+    # Block 2's new unit scores highest, then block 0's; block 1 has no room for one (NaN).
+    new = torch.tensor([0.4, float("nan"), 0.9])
+    plan = plan_exchange(scores, [2, 2, 0], [4, 4, 2], k=3, grow_scores=grow, new_scores=new)
+    # Pruned: 1.0, 2.0, 3.0 (k = n - 1 is no limit when new units may be made). Grown by rank
+    # 0.9 (new, block 2), 0.4 (new, block 0), 0.3 (clone of unit 3): each candidate once a round.
+    assert plan == [[NEW], [1, 1], [NEW]]
+    assert exchange_counts(plan, [2, 2, 0]) == {"pruned": 3, "cloned": 1, "new": 2, "moved": 1}
+    assert made_by(plan) == [1, 2, 2, 1]
+    # A block's new unit may be chosen again in later rounds, within its room.
+    plan = plan_exchange(torch.tensor([1.0, 2.0, 3.0]), [2, 1, 0], [2, 1, 2], k=2, grow_scores=torch.zeros(3),
+                         new_scores=torch.tensor([float("nan"), float("nan"), 1.0]))
+    assert plan == [[], [0], [NEW, NEW]]  # block 1 is full, so its unit cannot be cloned
+    # Grow scores rank the clones when given, instead of the prune scores.
+    assert plan_exchange(torch.tensor([1.0, 2.0, 3.0]), [3], [9], k=1, grow_scores=torch.tensor([0.0, 5.0, 1.0])) == [[1, 2, 1]]
+
+
+def test_budget_holds_with_protection_and_new_units_on_random_cases() -> None:
+    g = torch.Generator().manual_seed(2)
+    for _ in range(200):
+        blocks = int(torch.randint(1, 5, (1,), generator=g))
+        caps = torch.randint(1, 7, (blocks,), generator=g).tolist()
+        counts = [int(torch.randint(0, c + 1, (1,), generator=g)) for c in caps]
+        n = sum(counts)
+        scores, grow = torch.rand(n, generator=g), torch.rand(n, generator=g)
+        protected = torch.rand(n, generator=g) < 0.3
+        new = torch.where(torch.rand(blocks, generator=g) < 0.5, torch.rand(blocks, generator=g), torch.nan)
+        k = int(torch.randint(0, n + 2, (1,), generator=g))
+        plan = plan_exchange(scores, counts, caps, k, torch.Generator().manual_seed(1), protected=protected,
+                             grow_scores=grow, new_scores=new)
+        assert sum(len(p) for p in plan) == n and all(len(p) <= cap for p, cap in zip(plan, caps))
+        flat = [sum(counts[:b]) + s for b, p in enumerate(plan) for s in p if s != NEW]
+        assert not any(bool(protected[u]) for u in set(range(n)) - set(flat))
+        assert all(not torch.isnan(new[b]) for b, p in enumerate(plan) if NEW in p)
+        stats = exchange_counts(plan, counts)
+        assert stats["pruned"] == stats["cloned"] + stats["new"] <= k
+        assert len(made_by(plan)) == n
+
+
+def test_new_units_take_free_slots() -> None:
+    assert assign_slots([3, 1], [1, NEW, 1, NEW], cap=5) == [1, 0, 2, 3]  # slot 3 freed by the pruned unit

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import dstbench
-from dstbench.compact.vit import compact_blocks, full_state_dict, scatter_units
+from dstbench.compact.vit import compact_blocks, full_state_dict, scatter_units, unit_activation_bias
 from dstbench.optim import build_optimizer
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 
@@ -158,17 +158,19 @@ def _used(method: dstbench.Method, name: str) -> bool:
     return True
 
 
-def test_checkpoint_round_trips_a_compact_model() -> None:
-    first = _barter(seed=0, density=0.3)
+@pytest.mark.parametrize("options", [{}, {"fresh_units": "exempt", "grow": "clone_or_new"}], ids=["default", "exempt_new"])
+def test_checkpoint_round_trips_a_compact_model(options: dict) -> None:
+    first = _barter(seed=0, density=0.3, **options)
     data = [next(iter(micro_batches(seed=s))) for s in range(9)]
     first.train_segment(iter(data[:5]), 5)  # updates at 2 and 4 reshape the blocks
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
-    second = _barter(seed=1, density=0.3)  # other initial weights, the initial shapes
+    second = _barter(seed=1, density=0.3, **options)  # other initial weights, the initial shapes
     assert second.topology() != first.topology()
     second.load_state_dict(torch.load(buffer))
     assert second.topology() == first.topology()
+    assert all(torch.equal(second.made[k], first.made[k]) for k in first.made)
     for a, b in zip(first.model.parameters(), second.model.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     _check_live_objects(second)
@@ -350,3 +352,90 @@ def test_the_update_prunes_the_lowest_and_clones_the_highest_accumulated_scores(
     after = method.topology()
     assert after[0]["hidden"] < hidden0 and after[1]["hidden"] > before[1]["hidden"]
     assert sum(t["hidden"] for t in after) == sum(t["hidden"] for t in before)
+
+
+def test_exchange_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="fresh_units"):
+        _barter(fresh_units="bogus")
+    with pytest.raises(ValueError, match="grow"):
+        _barter(grow="bogus")
+
+
+def _rigged_update(method: dstbench.Method, step: int, heads: torch.Tensor, channels: torch.Tensor) -> dict:
+    """Run the update at `step` on the given accumulated scores; returns its exchange record."""
+    with torch.no_grad():
+        method.importance.heads.copy_(heads)
+        method.importance.channels.copy_(channels)
+        method.update_topology(step)
+    return method.history[-1]["exchange"]
+
+
+@pytest.mark.parametrize("rule", ["split", "rescale", "exempt"])
+def test_fresh_units_rule_decides_whether_last_updates_copies_go_first(rule: str) -> None:
+    """After an exchange, the copies it made score 1.0 and every other unit 1.5. Split scores prune
+    the copies first; scores at their source's scale (2.0) or exemption spare them."""
+    method = _barter(density=0.3, delta_t=2, t_end=1.0, drop_fraction=0.2, fresh_units=rule)
+    method.train_segment(micro_batches(), 2)
+    made = method.made["hidden"]
+    first = method.history[-1]["exchange"]["hidden"]
+    assert int((made == 2).sum()) == 2 * first["cloned"] > 0 and int((made > 2).sum()) == 0
+    record = _rigged_update(method, 4, torch.ones(2), torch.where(made > 0, 1.0, 1.5))["hidden"]
+    assert record["population"] == 154 and record["clone_population"] == int((made > 0).sum())
+    assert record["pruned"] > 0
+    assert record["pruned_clones"] == (record["pruned"] if rule == "split" else 0)
+
+
+def test_clone_or_new_grows_a_new_head_where_the_output_bias_gradient_is_largest() -> None:
+    """Block 1's head scores lowest and goes; no clone has any outgoing gradient, while block 0's
+    attention output bias has one: a new head is made in block 0. It has zero outgoing weights and
+    state, and its outgoing gradient is exactly the output-bias gradient times its value bias."""
+    method = _barter(density=0.3, delta_t=100, t_end=1.0, drop_fraction=0.5, grow="clone_or_new")
+    method.train_segment(micro_batches(), 1)  # optimizer state exists; no update yet
+    blocks = compact_blocks(method.model)
+    for param in method.model.parameters():
+        param.grad = torch.zeros_like(param)
+    blocks[0].attn.proj.bias.grad.fill_(1.0)
+    record = _rigged_update(method, 2, torch.tensor([1.0, 0.0]), torch.ones(154))["heads"]
+    assert record == {"pruned": 1, "cloned": 0, "new": 1, "moved": 1, "population": 2, "clone_population": 0, "pruned_clones": 0}
+    assert method.topology()[0]["heads"] == 2 and method.topology()[1]["heads"] == 0
+    assert method.made["heads"].tolist() == [0, 1]
+    attn, state = blocks[0].attn, method.optimizer.state
+    qkv_w, qkv_b = attn.qkv.weight.detach().view(3, 2, 16, 64), attn.qkv.bias.detach().view(3, 2, 16)
+    assert float(qkv_w[2, 1].abs().max()) == 0.0 and float(qkv_w[0, 1].abs().max()) > 0.0
+    value_bias = qkv_b[2, 1]
+    torch.testing.assert_close(value_bias.norm(), torch.tensor(1.0))
+    assert float(attn.proj.weight.detach()[:, 16:].abs().max()) == 0.0
+    for param, rows in ((attn.qkv.weight, lambda t: t.view(3, 2, 16, 64)[:, 1]), (attn.proj.weight, lambda t: t[:, 16:])):
+        assert float(rows(state[param]["exp_avg"]).abs().max()) == 0.0
+        assert float(rows(state[param]["exp_avg_sq"]).abs().max()) == 0.0
+    method.optimizer.zero_grad()
+    x, y = next(micro_batches(seed=4))
+    F.cross_entropy(method.model(x), y).backward()
+    expected = torch.outer(attn.proj.bias.grad, value_bias)
+    torch.testing.assert_close(attn.proj.weight.grad[:, 16:], expected, rtol=1e-4, atol=1e-7)
+
+
+def test_a_new_channels_outgoing_gradient_is_the_output_bias_gradient_to_first_order() -> None:
+    method = _barter(density=0.3, delta_t=100, t_end=1.0, drop_fraction=0.5, grow="clone_or_new")
+    method.train_segment(micro_batches(), 1)
+    blocks = compact_blocks(method.model)
+    for param in method.model.parameters():
+        param.grad = torch.zeros_like(param)
+    blocks[1].mlp.fc2.bias.grad.fill_(1.0)  # block 1's new channel outranks every clone
+    channels = torch.ones(154)
+    channels[:77] = 0.5  # block 0 loses the exchanged channels
+    record = _rigged_update(method, 2, torch.ones(2), channels)["hidden"]
+    # Each candidate (a survivor, or a block's new unit) grows one unit per round: block 1's new
+    # channel comes first, the rest are clones and new units of score 0 in a seeded order.
+    assert record["pruned"] == 77 and record["new"] >= 1 and record["new"] + record["cloned"] == 77
+    mlp = blocks[1].mlp
+    assert int(method.made["hidden"][method.topology()[0]["hidden"] + 77]) == 1  # flat: block 0, then block 1
+    column = mlp.fc2.weight.detach()[:, 77]
+    assert float(column.abs().max()) == 0.0
+    torch.testing.assert_close(mlp.fc1.bias.detach()[77], torch.tensor(unit_activation_bias(mlp.act)))
+    x, y = next(micro_batches(seed=4))
+    method.optimizer.zero_grad()
+    F.cross_entropy(method.model(x), y).backward()
+    grad, bias_grad = mlp.fc2.weight.grad[:, 77], mlp.fc2.bias.grad
+    assert float(F.cosine_similarity(grad, bias_grad, dim=0)) > 0.99
+    torch.testing.assert_close(grad.norm(), bias_grad.norm(), rtol=0.2, atol=0)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dstbench.report.topology import topology_history
+import pandas as pd
+import pytest
+
+from dstbench.report.topology import exchange_summary, topology_exchange_table, topology_history
 
 
 def test_per_block_lists() -> None:
@@ -33,3 +36,41 @@ def test_absent_or_malformed_reads_as_absent() -> None:
     for extras in (None, {}, {"steps_total": 3}, {"topology_history": []}, {"topology_history": [1, 2]},
                    {"topology_history": [{"step": 1, "heads": 3}]}):
         assert topology_history(extras) is None
+
+
+def _exchange(pruned: int, pruned_clones: int, population: int, clone_population: int, moved: int, new: int = 0) -> dict:
+    record = {"pruned": pruned, "pruned_clones": pruned_clones, "population": population,
+              "clone_population": clone_population, "moved": moved, "cloned": pruned - new, "new": new}
+    return {"heads": dict(record, pruned=1, pruned_clones=0, cloned=1, new=0), "hidden": record}
+
+
+EXCHANGES = {"topology_history": [
+    {"step": 0, "heads": [1, 1], "hidden": [10, 10]},
+    {"step": 50, "heads": [2, 0], "hidden": [12, 8], "exchange": _exchange(6, 0, 20, 0, 2)},
+    {"step": 100, "heads": [2, 0], "hidden": [12, 8], "skipped": True},
+    {"step": 150, "heads": [2, 0], "hidden": [9, 11], "exchange": _exchange(4, 3, 20, 12, 3, new=1)},
+    {"step": 200, "heads": [2, 0], "hidden": [9, 11], "exchange": _exchange(2, 1, 20, 8, 0)},
+]}
+
+
+def test_exchange_summary_totals_and_shares_after_the_first_update() -> None:
+    summary = exchange_summary(EXCHANGES)
+    hidden = summary["hidden"]
+    assert (hidden["updates"], hidden["pruned"], hidden["moved"], hidden["new"], hidden["cloned"]) == (3, 12, 5, 1, 11)
+    # Updates 2 and 3: (3 + 1) of (4 + 2) pruned were made at the previous update; (12 + 8) of 40 units were.
+    assert hidden["fresh_pruned_share"] == pytest.approx(4 / 6)
+    assert hidden["fresh_population_share"] == pytest.approx(20 / 40)
+    assert summary["heads"]["fresh_pruned_share"] == 0.0
+    assert exchange_summary({"topology_history": [{"step": 0, "heads": [1], "hidden": [2]}]}) is None
+    assert exchange_summary(None) is None
+
+
+def test_exchange_table_shows_each_compact_case_and_kind() -> None:
+    derived = pd.DataFrame([
+        {"method": "barter", "density": 0.1, "method_extras": EXCHANGES, "run": "r"},
+        {"method": "rigl", "density": 0.1, "method_extras": {}, "run": "r"},
+    ])
+    table = topology_exchange_table(derived)
+    assert [row[:3] for row in table.rows] == [["barter", "0.1", "heads"], ["barter", "0.1", "hidden"]]
+    assert table.rows[1][3:] == ["3", "12", "66.7%", "50.0%", "1.33×", "5", "1"]
+    assert topology_exchange_table(derived.iloc[1:]) is None

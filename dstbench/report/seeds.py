@@ -1,0 +1,151 @@
+"""Runs of one suite that differ only in `seed:`: means and confidence intervals over the seeds.
+
+`dstbench report RUN_A RUN_B RUN_C`, given such runs, adds the "Over seeds" table: per (method,
+density), the mean of each accuracy figure over the runs with its 95% Student-t interval (n - 1
+degrees of freedom: with 3 seeds the half-width is 4.30 standard errors). Runs that differ in
+anything else (model, data, epochs, methods' params...) are not pooled: the table is then left out,
+and `seed_summary` refuses them. `seed_summary` is the same table as a DataFrame, for scripts
+(`reports/barter_ablation/make_readme.py`).
+
+The seed and the settings come from each run folder's `suite.yaml` (read without validation, so
+no dataset or torch is needed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from dstbench.report.sections import Table, register_table
+from dstbench.rundir import SUITE_FILE
+
+SEED_METRICS = ("top1", "top5")
+
+
+def stored_suite(run_dir: str | Path) -> dict[str, Any]:
+    """The suite a run folder keeps, as plain data ({} when unreadable)."""
+    try:
+        data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def seed_runs(run_dirs: Iterable[str | Path]) -> dict[str, int]:
+    """`{run folder: seed}` for runs whose stored suites are equal except for `seed`, each seed once.
+    Raises ValueError naming the first difference otherwise."""
+    runs = [str(d) for d in run_dirs]
+    suites = {run: stored_suite(run) for run in runs}
+    seeds: dict[str, int] = {}
+    first = None
+    for run, suite in suites.items():
+        if not isinstance(suite.get("seed"), int):
+            raise ValueError(f"{run}: no seed in its {SUITE_FILE}")
+        seeds[run] = suite["seed"]
+        rest = {k: v for k, v in suite.items() if k != "seed"}
+        if first is None:
+            first = (run, rest)
+        elif rest != first[1]:
+            keys = sorted(k for k in set(rest) | set(first[1]) if rest.get(k) != first[1].get(k))
+            raise ValueError(f"{run} and {first[0]} differ in more than the seed: {', '.join(keys)}")
+    if len(set(seeds.values())) != len(seeds):
+        raise ValueError(f"runs share a seed: {seeds}")
+    return seeds
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student-t confidence interval; the interval is NaN with fewer than two values."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return (math.nan, math.nan, math.nan)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return (mean, math.nan, math.nan)
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return (mean, mean - half, mean + half)
+
+
+def seed_summary(frame: pd.DataFrame, metrics: Sequence[str] = SEED_METRICS, level: float = 0.95) -> pd.DataFrame:
+    """One row per (method, density) of result lines from runs that differ only in their seed:
+    `n` (finished cases), `seeds`, and per metric `<m>_mean`, `<m>_ci_low`, `<m>_ci_high`.
+    Methods keep the order of the first run, densities go high to low."""
+    seeds = seed_runs(pd.unique(frame["run"]))
+    ok = frame[frame["status"] == "ok"] if "status" in frame else frame
+    metrics = [m for m in metrics if m in ok and ok[m].notna().any()]
+    method_rank = {m: i for i, m in enumerate(pd.unique(frame["method"]))}
+    rows = []
+    for (method, density), cases in ok.groupby(["method", "density"], sort=False):
+        row: dict[str, Any] = {
+            "method": method, "density": float(density), "n": len(cases),
+            "seeds": sorted(seeds[str(run)] for run in cases["run"]),
+        }
+        for metric in metrics:
+            values = pd.to_numeric(cases[metric], errors="coerce").tolist()
+            row[f"{metric}_mean"], row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = mean_ci(values, level)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out = out.assign(_rank=out["method"].map(method_rank), _density=-out["density"])
+    return out.sort_values(["_density", "_rank"], kind="stable").drop(columns=["_rank", "_density"]).reset_index(drop=True)
+
+
+def paired_difference(frame: pd.DataFrame, baseline: str, metric: str = "top1", level: float = 0.95) -> pd.DataFrame:
+    """Per (method, density), `metric` minus the `baseline` method's at the same density and seed,
+    pooled over the seeds both finished: `n`, `diff_mean`, `diff_ci_low`, `diff_ci_high`. Pairing
+    by seed takes out what a seed does to every method alike (initial weights, data order)."""
+    seeds = seed_runs(pd.unique(frame["run"]))
+    ok = frame[(frame["status"] == "ok") if "status" in frame else slice(None)]
+    ok = ok.assign(seed=ok["run"].astype(str).map(seeds), value=pd.to_numeric(ok[metric], errors="coerce"))
+    base = ok[ok["method"] == baseline].set_index(["density", "seed"])["value"]
+    rows = []
+    for (method, density), cases in ok[ok["method"] != baseline].groupby(["method", "density"], sort=False):
+        diffs = [v - base[(density, s)] for s, v in zip(cases["seed"], cases["value"]) if (density, s) in base.index]
+        if diffs:
+            mean, low, high = mean_ci(diffs, level)
+            rows.append({"method": method, "density": float(density), "n": len(diffs), "diff_mean": mean,
+                         "diff_ci_low": low, "diff_ci_high": high})
+    return pd.DataFrame(rows)
+
+
+def format_mean_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:
+    """`95.3 [94.1, 96.5]` (percentages by default); the mean alone when the interval is unknown."""
+    if not math.isfinite(mean):
+        return "—"
+    text = f"{mean * scale:.{digits}f}"
+    return text + (f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]" if math.isfinite(low) else "")
+
+
+@register_table(
+    "seed_table", "Over seeds", order=48,
+    caption="Runs that differ only in their seed, pooled: mean and 95% Student-t interval over the seeds.",
+)
+def seed_table(derived: pd.DataFrame) -> Table | None:
+    if "run" not in derived or derived["run"].nunique() < 2:
+        return None
+    try:
+        summary = seed_summary(derived)
+    except ValueError:
+        return None  # not runs of one setup: nothing to pool
+    metrics = [m for m in SEED_METRICS if f"{m}_mean" in summary]
+    if summary.empty or not metrics:
+        return None
+    rows = [
+        [str(r["method"]), f"{r['density']:g}", str(r["n"]), ", ".join(map(str, r["seeds"]))]
+        + [format_mean_ci(r[f"{m}_mean"], r[f"{m}_ci_low"], r[f"{m}_ci_high"]) for m in metrics]
+        for _, r in summary.iterrows()
+    ]
+    return Table(
+        headers=["method", "density", "n", "seeds"] + [f"{m} % [95% CI]" for m in metrics],
+        rows=rows,
+        align=["left", "right", "right", "left"] + ["right"] * len(metrics),
+        note="Each run is one seed of the same suite; n counts the finished cases pooled.",
+    )
