@@ -116,6 +116,8 @@ def main(args: argparse.Namespace) -> int:
     from dstbench.results import iter_results
     from dstbench.run import run_suite
 
+    from dstbench.cli import _assignments
+
     console = Console(stderr=True, soft_wrap=True)
     suite_path = Path(args.suite)
     try:
@@ -125,9 +127,12 @@ def main(args: argparse.Namespace) -> int:
             device=args.device,
             only=args.only,
             densities=args.density,
-            overrides={"profile": profile_override(suite_path)},
+            overrides={**_assignments(getattr(args, "set", None)), "profile": profile_override(suite_path)},
             console=console,
         )
+    except ValueError as exc:  # a malformed --set
+        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
