@@ -44,6 +44,16 @@ def headline_text(derived: pd.DataFrame) -> str:
         m = h["memory"]
         lines.append(f"best memory reduction vs {h['reference']}: {m['value'] * 100:.1f}% ({m['method']} at density {m['density']:g}, {m['basis']})")
     lines.append(f"cases: {h['cases'] - h['failed']} of {h['cases']} ok" + (f", {h['failed']} failed" if h["failed"] else ""))
+    from dstbench.report.expectations import counts, coverage_notes, run_verdicts
+
+    for note in coverage_notes(derived):
+        lines.append(f"{'INCOMPLETE RUN' if note['incomplete'] else 'selection'} {note['run']}: {note['summary']}")
+    tally = counts(run_verdicts(derived))
+    if any(tally.values()):
+        lines.append(
+            f"expectations: {tally['PASS']} of {tally['PASS'] + tally['FAIL']} passed"
+            + (f", {tally['FAIL']} failed" if tally["FAIL"] else "") + (f", {tally['SKIPPED']} skipped" if tally["SKIPPED"] else "")
+        )
     loading = data_loading(derived)
     if loading:
         lines.append(f"data loading: {' | '.join(loading)}")
