@@ -155,17 +155,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
     console = Console(stderr=True, soft_wrap=True)
     try:
-        selection = dict(
-            out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
-            overrides=_assignments(args.set),
-        )
+        overrides = _assignments(args.set)
+    except ValueError as exc:  # a malformed --set
+        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    selection = dict(out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
+                     overrides=overrides)
+    try:
         if args.dry_run:
             print_plan(plan_run(args.suite, **selection))
             return EXIT_OK
         run_dir = run_suite(args.suite, console=console, **selection)
-    except ValueError as exc:  # a malformed --set
-        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
-        return EXIT_USAGE
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE

@@ -267,13 +267,18 @@ class SuiteConfig(Strict):
     def _data_fits_model(self, info: ValidationInfo) -> "SuiteConfig":
         """Cross-checks of `data` against `mode`, `model` and `batch_size`; each message starts
         with the key to change."""
-        from dstbench.data.catalog import CATALOG, dataset_classes
+        from dstbench.data.catalog import CATALOG, dataset_classes, missing_packages
 
         data = self.data
         if data.name == "synthetic":
             if self.mode != "speed":
                 raise ValueError(f"data.name: synthetic data has no test split; mode {self.mode!r} needs a real dataset")
             return self
+        # An optional package (`pip install 'dstbench[datasets]'`) is checked where the data will be
+        # read, not where a finished run's suite is reread.
+        problem = missing_packages(data.name) if _check_files(info) else None
+        if problem:
+            raise ValueError(problem)
         dataset = CATALOG[data.name]
         kwargs = self.model.kwargs
         classes = dataset_classes(data.name, data.root, read_folder=_check_files(info))

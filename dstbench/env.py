@@ -30,6 +30,7 @@ GIT_ENV = {
 }
 ALLOCATOR_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 COLLECT_ENV_FILE = "collect_env.txt"
+COLLECT_ENV_SWITCH = "DSTBENCH_COLLECT_ENV"  # "0": write no collect_env.txt (the test suite's runs)
 
 
 def _cpu_model() -> str:
@@ -220,9 +221,10 @@ def start_collect_env(run_dir: str | Path) -> subprocess.Popen | None:
     """Write `torch.utils.collect_env`'s report to RUN_DIR/collect_env.txt from a separate process
     at the lowest CPU priority: it takes seconds (it runs pip, lscpu, nvidia-smi...), and at nice
     19 it barely competes with the cases measured meanwhile. None when the file exists already (a
-    resumed run) or the process cannot start. Finish with `finish_collect_env`."""
+    resumed run), when DSTBENCH_COLLECT_ENV=0, or when the process cannot start. Finish with
+    `finish_collect_env`."""
     path = Path(run_dir) / COLLECT_ENV_FILE
-    if path.exists():
+    if path.exists() or os.environ.get(COLLECT_ENV_SWITCH, "1").strip() == "0":
         return None
     code = (
         "import os, sys\n"

@@ -121,18 +121,20 @@ def main(args: argparse.Namespace) -> int:
     console = Console(stderr=True, soft_wrap=True)
     suite_path = Path(args.suite)
     try:
+        sets = _assignments(getattr(args, "set", None))
+    except ValueError as exc:  # a malformed --set
+        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    try:
         run_dir = run_suite(
             suite_path,
             out=args.out,
             device=args.device,
             only=args.only,
             densities=args.density,
-            overrides={**_assignments(getattr(args, "set", None)), "profile": profile_override(suite_path)},
+            overrides={**sets, "profile": profile_override(suite_path)},
             console=console,
         )
-    except ValueError as exc:  # a malformed --set
-        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
-        return EXIT_USAGE
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE

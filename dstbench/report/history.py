@@ -85,6 +85,16 @@ def _cell(row: pd.Series) -> str:
     return text
 
 
+def _group_name(group: list[str], method_of: dict[str, str], density_of: dict[str, float]) -> str:
+    """'set = rigl = mest @ 0.5, 0.1' for coincident series that are every pair of some methods and
+    densities; the series joined by ' = ' otherwise."""
+    methods = list(dict.fromkeys(method_of[s] for s in group))
+    densities = list(dict.fromkeys(density_of[s] for s in group))
+    if len(group) > 1 and len(group) == len(methods) * len(densities):
+        return f"{' = '.join(methods)} @ {', '.join(f'{d:g}' for d in densities)}"
+    return " = ".join(group)
+
+
 def _figure(long: pd.DataFrame, runs: list[SiteRun]) -> Plot | None:
     """Median time, speedup and memory of every case across the runs: colour is the method, line
     style and marker the density; cases whose values coincide in a panel share one line there,
@@ -112,10 +122,11 @@ def _figure(long: pd.DataFrame, runs: list[SiteRun]) -> Plot | None:
             xs = sorted(points[first])
             ys = [points[first][x] for x in xs]
             ax.plot(xs, ys, color=colors[method_of[first]], linestyle=styles[density_of[first]], marker=markers[density_of[first]])
+            name = _group_name(group, method_of, density_of)
             if len(group) > 1:
-                ax.annotate(" = ".join(group), (xs[-1], ys[-1]), xytext=(4, 4), textcoords="offset points", fontsize="x-small")
+                ax.annotate(name, (xs[-1], ys[-1]), xytext=(4, 4), textcoords="offset points", fontsize="x-small")
             values = ", ".join(fmt.format(points[first][x]) for x in xs)
-            alts.append(f"{label.format(reference=reference)}, {' = '.join(group)}: {values}")
+            alts.append(f"{label.format(reference=reference)}, {name}: {values}")
         ax.set(ylabel=label.format(reference=reference), xlabel="")
     handles = [Line2D([], [], color=c) for c in colors.values()] + [
         Line2D([], [], color="0.35", linestyle=styles[d], marker=markers[d]) for d in densities
