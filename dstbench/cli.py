@@ -1,31 +1,78 @@
-"""The `dstbench` command. Exit codes: 0 fine, 1 a gate failed (expectation, regression), 2 unusable
-input (invalid suite, missing files), 130 interrupted."""
+"""The `dstbench` command: argument definitions, and the commands that live here (list, run, check).
+The others (report, publish, compare, export, profile) load their module when called."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from dstbench.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from dstbench.rundir import RESULTS_FILE, RunDirError, require_results
 
+DESCRIPTION = """\
+Benchmark and profile dynamic sparse training (DST) of Vision Transformers: does a method make
+training faster and smaller on real hardware, and what does it cost in accuracy? `run` a suite (a
+YAML file of methods and densities), then read its run folder with `report`, `check`, `compare`,
+`publish` or `export`."""
+
+EXIT_CODES = """exit codes:
+  0    fine
+  1    a gate failed: an expectation, a regression, a failed or unprofiled case
+  2    unusable input: an invalid suite, a missing run folder or file, incomparable runs;
+       nothing is written
+  130  interrupted; finished cases are kept"""
+
+
+def _yaml(value: Any) -> str:
+    """A value as it would be written in a suite."""
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).removesuffix("\n").removesuffix("\n...")
+
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from dstbench.registry import list_methods, method_info
+    from dstbench.registry import list_methods, method_info, method_params
 
-    rows = [(name, method_info(name).kind, method_info(name).description) for name in list_methods()]
-    print(tabulate(rows, headers=["method", "kind", "description"], tablefmt="simple"))
+    if args.method:
+        try:
+            info = method_info(args.method)
+        except KeyError as exc:
+            print(exc.args[0], file=sys.stderr)
+            return EXIT_USAGE
+        print(f"{info.name} ({info.kind}, {info.module}.{info.cls.__qualname__})\n")
+        print(inspect.cleandoc(info.cls.__doc__ or info.description) + "\n")
+        params = method_params(info.name)
+        if params:
+            rows = [(p.name, p.type, _yaml(p.default), p.help) for p in params]
+            print(tabulate(rows, headers=["parameter", "type", "default", "meaning"], tablefmt="simple", disable_numparse=True))
+            print(f"\nSet them in a suite: methods: [{{name: {info.name}, params: {{{params[0].name}: ...}}}}]")
+        else:
+            print("parameters: none")
+        return EXIT_OK
+    width = 100
+    for name in list_methods():
+        info = method_info(name)
+        params = ", ".join(f"{p.name}={_yaml(p.default)}" for p in method_params(name)) or "none"
+        print(f"{name} ({info.kind})")
+        print(textwrap.fill(info.description, width, initial_indent="  ", subsequent_indent="  "))
+        print(textwrap.fill(f"parameters: {params}", width, initial_indent="  ", subsequent_indent="    "))
+    print("\n`dstbench list METHOD` shows a method's documentation and what each parameter does.")
     return EXIT_OK
 
 
 def print_run_summary(run_dir: Path, console: Console) -> int:
-    """The end-of-run table and the suite's expectations; 1 if an expectation failed."""
-    from dstbench.gates.expect import check_run, describe
+    """The end-of-run table, the run's coverage when it is incomplete, and the suite's
+    expectations; 1 if an expectation failed."""
+    from dstbench.coverage import run_coverage
+    from dstbench.gates.expect import check_run, describe, summary
     from dstbench.report.cli import choose_reference
     from dstbench.report.derive import derive, load_frame
     from dstbench.report.tables import summary_table
@@ -39,29 +86,86 @@ def print_run_summary(run_dir: Path, console: Console) -> int:
         reference, _ = choose_reference(frame, [str(run_dir)], None)
         print(summary_table(derive(frame, reference), reference))
     print(f"\nresults: {run_dir / RESULTS_FILE}")
+    coverage = run_coverage(run_dir)
+    if coverage is not None and not coverage.complete:
+        console.print(f"incomplete run: {coverage.summary()}", style="red", highlight=False, markup=False, soft_wrap=True)
+    styles = {"PASS": None, "FAIL": "red", "SKIPPED": "yellow"}
     for outcome in outcomes:
         # soft_wrap: one line per expectation however narrow the terminal, so CI logs stay grep-able.
         console.print(
-            describe(outcome, suite.reference), style=None if outcome.passed else "red", highlight=False, markup=False, soft_wrap=True
+            describe(outcome, suite.reference), style=styles[outcome.verdict], highlight=False, markup=False, soft_wrap=True
         )
-    failed = [o for o in outcomes if not o.passed]
-    if failed:
-        console.print(f"{len(failed)} of {len(outcomes)} expectations failed", style="red")
-        return EXIT_FAILED
+    if outcomes:
+        failed = any(o.failed for o in outcomes)
+        console.print(summary(outcomes), style="red" if failed else None, highlight=False)
+        if failed:
+            return EXIT_FAILED
     return EXIT_OK
+
+
+def _assignments(values: list[str] | None) -> dict[str, Any]:
+    """`--set KEY=VALUE...` as {dotted key: YAML value}; a later one for a key wins."""
+    from dstbench.config import parse_assignment
+
+    out: dict[str, Any] = {}
+    for text in values or []:
+        key, value = parse_assignment(text)
+        out[key] = value
+    return out
+
+
+def print_plan(plan: Any) -> None:
+    """What `run --dry-run` shows: the suite's settings that decide the cost, and each case."""
+    from tabulate import tabulate
+
+    from dstbench.run import overrides_text
+
+    suite = plan.suite
+    print(f"suite {suite.name!r} from {plan.suite_path}" + (f" with --set {overrides_text(plan.overrides)}" if plan.overrides else ""))
+    timing = suite.timing
+    what = []
+    if suite.mode in ("speed", "both"):
+        what.append(f"{timing.warmup_steps} warmup steps + {timing.segments} timed segments of {timing.segment_steps} steps")
+    if suite.mode in ("accuracy", "both"):
+        what.append(f"{suite.accuracy.epochs} epochs on {suite.data.name}")
+    if suite.profile.enabled:
+        what.append(f"a profile of {suite.profile.steps} steps")
+    print(f"device {suite.device}, mode {suite.mode}, batch {suite.batch_size}, precision {suite.precision}, "
+          f"model {suite.model.name}; per case: {', then '.join(what)}")
+    print(f"launcher {suite.launcher.name} (timeout {suite.launcher.timeout_s:g} s); reference {suite.reference}; "
+          f"{len(suite.expect)} expectation(s)")
+    done = {c.case_id for c in plan.cases} - {c.case_id for c in plan.todo}
+    rows = [
+        (c.case_id, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
+         "done" if c.case_id in done else "to run")
+        for c in plan.cases
+    ]
+    print()
+    print(tabulate(rows, headers=["case", "method", "kind", "density", "params", "status"], tablefmt="simple", disable_numparse=True))
+    where = f"into {plan.run_dir} (resumed)" if plan.run_dir else "into a new run folder"
+    left_out = len(plan.all_cases) - len(plan.cases)
+    print(f"\n{len(plan.todo)} of {len(plan.cases)} selected cases would run {where}"
+          + (f"; {left_out} more in the suite, not selected" if left_out else "") + ". Nothing was written (--dry-run).")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from dstbench.config import SuiteError
-    from dstbench.run import run_suite
+    from dstbench.run import plan_run, run_suite
 
     # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
     console = Console(stderr=True, soft_wrap=True)
     try:
-        run_dir = run_suite(
-            args.suite, out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
-            console=console,
-        )
+        overrides = _assignments(args.set)
+    except ValueError as exc:  # a malformed --set
+        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    selection = dict(out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
+                     overrides=overrides)
+    try:
+        if args.dry_run:
+            print_plan(plan_run(args.suite, **selection))
+            return EXIT_OK
+        run_dir = run_suite(args.suite, console=console, **selection)
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
@@ -100,68 +204,104 @@ def _lazy(module: str, function: str = "main"):  # type: ignore[no-untyped-def]
     return call
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; every option's default appended to its help (unless
+    there is none to show: None, False, or a help that already names it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in help_text or "default:" in help_text or default is None or default is False
+            or default is argparse.SUPPRESS or not action.option_strings
+        ):
+            return help_text
+        return f"{help_text} (default: %(default)s)"
+
+
+def _selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--only", nargs="+", metavar="METHOD", help="run only these method labels (default: every method of the suite)")
+    p.add_argument("--density", nargs="+", type=float, metavar="D", help="run only these densities (default: every density; dense runs at 1.0 whenever selected)")
+    p.add_argument("--out", default="runs", metavar="DIR", help="folder that receives the run folder")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu", "mps"], help="override the suite's device (default: the suite's)")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="override a suite key before validation; dotted keys reach inside (timing.segments=10, model.depth=2, "
+        "methods.1.params.delta_t=50), values are YAML (null, true, [0.1, 0.5]); repeatable; recorded in the run "
+        "folder's run.json and suite.yaml",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dstbench", description=__doc__.splitlines()[0])
+    from dstbench import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dstbench", description=DESCRIPTION, epilog=EXIT_CODES + "\n\nRun `dstbench COMMAND --help` for a command's options.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"dstbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("list", help="list registered methods")
+    def command(name: str, help_text: str, description: str | None = None) -> argparse.ArgumentParser:
+        text = description or help_text[0].upper() + help_text[1:] + "."
+        return sub.add_parser(name, help=help_text, description=textwrap.fill(text, 100), formatter_class=HelpFormatter,
+                              epilog=EXIT_CODES)
+
+    p = command("list", "list registered methods with their kind, description and parameters")
+    p.add_argument("method", nargs="?", metavar="METHOD", help="show one method's documentation and what each parameter does")
     p.set_defaults(func=_cmd_list)
 
-    p = sub.add_parser("run", help="run a suite")
-    p.add_argument("suite", help="suite YAML file")
-    p.add_argument("--out", default="runs", help="folder for run folders (default: runs/)")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu", "mps"], help="override the suite's device")
-    p.add_argument(
-        "--resume",
-        nargs="?",
-        const=True,
-        metavar="RUN_DIR",
-        help="run only the missing cases of RUN_DIR (default: the newest run of this suite under --out)",
+    p = command(
+        "run", "run a suite into a new run folder, print its table and check its expectations",
+        "Run a suite: validate it, run each case (method, density) in its own process, append one line per "
+        "case to RUN_DIR/results.jsonl, print the table and check the suite's `expect:` gates.",
     )
-    p.add_argument("--only", nargs="+", metavar="METHOD", help="run only these methods")
-    p.add_argument("--density", nargs="+", type=float, metavar="D", help="run only these densities")
+    p.add_argument("suite", metavar="SUITE", help="suite YAML file")
+    _selection(p)
+    p.add_argument(
+        "--resume", nargs="?", const=True, metavar="RUN_DIR",
+        help="run only the missing cases of RUN_DIR (without RUN_DIR: the newest run of this suite under --out)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="validate the suite and list the cases it would run; write nothing")
     p.add_argument("--html", metavar="FILE", help="also write the run's HTML report (as `dstbench report --html`)")
     p.add_argument("--markdown", metavar="FILE", help="also write the run's Markdown report")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("check", help="check a run against its suite's expectations")
-    p.add_argument("run_dir")
+    p = command("check", "check a run against its suite's expectations (and say whether it is complete)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("report", help="tables, plots and an HTML report from run folders")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    p = command("report", "tables, plots and an HTML report from run folders")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; several are shown side by side")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report (default: tables on the terminal)")
     p.add_argument("--markdown", metavar="FILE", help="write the tables as Markdown")
-    p.add_argument("--reference", metavar="METHOD", help="method to compare against (default: the suite's)")
+    p.add_argument("--reference", metavar="METHOD", help="method to compare against (default: the suite's `reference`)")
     p.set_defaults(func=_lazy("dstbench.report.cli"))
 
-    p = sub.add_parser("publish", help="a static site of runs for GitHub Pages or any web server")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--site", required=True, metavar="DIR")
+    p = command("publish", "a static site of runs for GitHub Pages or any web server")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders to add to the site")
+    p.add_argument("--site", required=True, metavar="DIR", help="the site's folder (created, or updated)")
     p.set_defaults(func=_lazy("dstbench.report.publish"))
 
-    p = sub.add_parser("compare", help="gate a run against a baseline run")
-    p.add_argument("baseline", metavar="BASELINE_RUN")
-    p.add_argument("current", metavar="CURRENT_RUN")
-    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT")
-    p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the time test")
+    p = command("compare", "gate a run against a baseline run (time and memory regressions)")
+    p.add_argument("baseline", metavar="BASELINE_RUN", help="the run folder to compare against")
+    p.add_argument("current", metavar="CURRENT_RUN", help="the run folder being judged")
+    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT", help="median time change, in percent, that counts when significant")
+    p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT", help="memory change, in percent, that counts (exact: no test)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the time test (Mann-Whitney U)")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
-    p.add_argument("--strict", action="store_true", help="a different GPU, torch or device is an error")
-    p.add_argument("--markdown", metavar="FILE")
+    p.add_argument("--strict", action="store_true", help="a different GPU, torch or device is an error (exit 2)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
     p.set_defaults(func=_lazy("dstbench.gates.compare"))
 
-    p = sub.add_parser("export", help="write a run in another tool's format")
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--pytest-benchmark", required=True, metavar="FILE")
+    p = command("export", "write a run in another tool's format (needs: pip install 'dstbench[export]')")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    p.add_argument("--pytest-benchmark", required=True, metavar="FILE", help="write pytest-benchmark's JSON format here")
     p.set_defaults(func=_lazy("dstbench.gates.export"))
 
-    p = sub.add_parser("profile", help="profile the cases of a suite")
-    p.add_argument("suite")
-    p.add_argument("--only", nargs="+", metavar="METHOD")
-    p.add_argument("--density", nargs="+", type=float, metavar="D")
-    p.add_argument("--out", default="runs", metavar="DIR")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu", "mps"])
+    p = command("profile", "profile the cases of a suite: where each method's time and memory go")
+    p.add_argument("suite", metavar="SUITE", help="suite YAML file (profiling is switched on)")
+    _selection(p)
     p.set_defaults(func=_lazy("dstbench.profiling"))
     return parser
 

@@ -191,8 +191,10 @@ class SuiteConfig(Strict):
     device: Literal["auto", "cuda", "cpu", "mps"] = "auto"
     seed: int = 0
     plugins: list[str] = []  # modules imported first, so their methods register
-    model: ModelConfig = ModelConfig()
-    data: DataConfig = DataConfig()
+    # Factories, not instances: building the default model (torch, timm) waits for a suite that
+    # needs it, so importing this module stays light (reports read expectations through it).
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
     batch_size: PositiveInt = 64
     optimizer: OptimizerConfig = OptimizerConfig()
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -265,13 +267,18 @@ class SuiteConfig(Strict):
     def _data_fits_model(self, info: ValidationInfo) -> "SuiteConfig":
         """Cross-checks of `data` against `mode`, `model` and `batch_size`; each message starts
         with the key to change."""
-        from dstbench.data.catalog import CATALOG, dataset_classes
+        from dstbench.data.catalog import CATALOG, dataset_classes, missing_packages
 
         data = self.data
         if data.name == "synthetic":
             if self.mode != "speed":
                 raise ValueError(f"data.name: synthetic data has no test split; mode {self.mode!r} needs a real dataset")
             return self
+        # An optional package (`pip install 'dstbench[datasets]'`) is checked where the data will be
+        # read, not where a finished run's suite is reread.
+        problem = missing_packages(data.name) if _check_files(info) else None
+        if problem:
+            raise ValueError(problem)
         dataset = CATALOG[data.name]
         kwargs = self.model.kwargs
         classes = dataset_classes(data.name, data.root, read_folder=_check_files(info))
@@ -392,8 +399,62 @@ def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -
         raise SuiteError(path, [("plugins", f"cannot import: {exc}")]) from None
 
 
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` from the command line (`run --set`): a dotted key and a YAML value, so
+    `timing.segments=10` sets an int, `model.checkpoint=null` None and `densities=[0.1, 0.5]` a list."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ValueError(f"{text!r}: expected KEY=VALUE with a dotted key, e.g. timing.segments=10")
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{text!r}: the value is not valid YAML ({exc})") from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: str = "<suite>") -> dict[str, Any]:
+    """A copy of a suite mapping with each dotted key of `overrides` set (`model.depth`,
+    `methods.1.params.delta_t`: a number indexes a list). Missing mappings on the way are created;
+    a key through a value that is not a mapping or a list is a `SuiteError`. The result is then
+    validated like any suite, so an unknown key or a bad value is reported as in a file."""
+    import copy
+
+    data = copy.deepcopy(data)
+    problems = []
+    for key, value in overrides.items():
+        parts = key.split(".")
+        node: Any = data
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+                    problems.append((f"--set {key}", f"{where}: no item {part} in a list of {len(node)}"))
+                    break
+                if last:
+                    node[int(part)] = value
+                else:
+                    if isinstance(node[int(part)], str):
+                        node[int(part)] = {"name": node[int(part)]}  # a bare method name, given keys
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    if node.get(part) is None:
+                        node[part] = {}
+                    node = node[part]
+            else:
+                problems.append((f"--set {key}", f"{'.'.join(parts[:depth])} is {node!r}, not a mapping"))
+                break
+    if problems:
+        raise SuiteError(path, problems)
+    return data
+
+
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, check_files: bool | None = None) -> SuiteConfig:
-    """Read and validate a suite file; `overrides` replace top-level keys (e.g. `--device`).
+    """Read and validate a suite file; `overrides` set keys before validation, each a dotted key
+    (`device`, `timing.segments`: see `apply_overrides`).
 
     `check_files` defaults to True except for the `suite.yaml` a run folder keeps (a `run.json`
     beside it): checking or reporting a finished run must not need its dataset at hand.
@@ -410,5 +471,15 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, che
     except yaml.YAMLError as exc:
         raise SuiteError(str(path), [("", f"not valid YAML: {exc}")]) from None
     if overrides and isinstance(data, dict):
-        data = {**data, **overrides}
-    return parse_suite(data, str(path), check_files=check_files)
+        data = apply_overrides(data, overrides, str(path))
+    try:
+        return parse_suite(data, str(path), check_files=check_files)
+    except SuiteError as exc:
+        if not overrides:
+            raise
+        # Say which problems come from the command line rather than the file.
+        problems = [
+            (key, f"{message} (from --set {key}={json.dumps(overrides[key])})" if key in overrides else message)
+            for key, message in exc.problems
+        ]
+        raise SuiteError(exc.path, problems) from None

@@ -9,9 +9,13 @@ on first use; packages that declare the entry-point group `dstbench.methods` are
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
+import inspect
+import io
 import pkgutil
+import tokenize
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -43,17 +47,16 @@ _loaded = False
 def register_method(name: str, *, kind: str, description: str | None = None) -> Callable[[M], M]:
     """Class decorator that registers a `Method` subclass under `name`.
 
-    The description defaults to the first line of the class docstring.
+    The description defaults to the first paragraph of the class docstring.
     """
     if kind not in KINDS:
         raise ValueError(f"method {name!r}: kind must be one of {KINDS}, got {kind!r}")
 
     def decorator(cls: M) -> M:
-        doc = (cls.__doc__ or "").strip().splitlines()
         info = MethodInfo(
             name=name,
             kind=kind,
-            description=description or (doc[0] if doc else ""),
+            description=description or first_paragraph(cls.__doc__),
             cls=cls,
             module=cls.__module__,
         )
@@ -67,6 +70,62 @@ def register_method(name: str, *, kind: str, description: str | None = None) -> 
         return cls
 
     return decorator
+
+
+def first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph as one line."""
+    paragraph = inspect.cleandoc(doc or "").split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter of a method's `Params`: what `dstbench list` shows."""
+
+    name: str
+    type: str
+    default: Any
+    help: str  # the comment after the field in its source, if any
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """`name: type = default  # comment` lines of a class's source, as {name: comment}."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    comments: dict[str, str] = {}
+    first_name: dict[int, str] = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            row = token.start[0]
+            if token.type == tokenize.NAME and row not in first_name:
+                first_name[row] = token.string
+            elif token.type == tokenize.COMMENT and row in first_name:
+                comments.setdefault(first_name[row], token.string.lstrip("#").strip())
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return comments
+    return comments
+
+
+def method_params(name: str) -> list[ParamInfo]:
+    """The parameters a method takes in a suite (`params:`), with defaults and their comments."""
+    params_cls = method_info(name).cls.Params
+    comments: dict[str, str] = {}
+    for klass in reversed(params_cls.__mro__):  # a subclass's comment wins over its base's
+        if dataclasses.is_dataclass(klass):
+            comments.update(_field_comments(klass))
+    out = []
+    for field in dataclasses.fields(params_cls):
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        else:
+            default = None
+        kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+        out.append(ParamInfo(field.name, kind, default, comments.get(field.name, "")))
+    return out
 
 
 def _import_builtins() -> None:

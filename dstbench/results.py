@@ -1,4 +1,16 @@
-"""One result line per case, appended to `results.jsonl` and flushed as each case ends."""
+"""One result line per case, appended to `results.jsonl` and flushed as each case ends.
+
+Every line carries `schema_version` (SCHEMA_VERSION when it was written) and `run_id` (the name
+of the run folder it was written into). Readers go by the version:
+
+    0  lines written before the field existed (no schema_version, no run_id)
+    1  schema_version and run_id; `env` adds ram_bytes, gpu_count, branch, commit_time, allocator
+       configuration, matmul precision and TF32 / cuDNN flags, plugin versions; `env.cuda` and
+       `env.cudnn` (now "9.1.0", not 90100) are recorded on CUDA devices only
+
+Adding a field does not change the version; renaming or removing one, or changing what a field
+means or its unit, does: bump SCHEMA_VERSION and add a line above (and in README, "Result fields").
+"""
 
 from __future__ import annotations
 
@@ -11,6 +23,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dstbench.rundir import RESULTS_FILE
+
+SCHEMA_VERSION = 1
 
 # A case's status: it finished, or how it failed (see README, "How a case is measured").
 STATUSES = ("ok", "oom", "error", "timeout", "crash")
@@ -73,14 +87,20 @@ class CaseResult:
     started_at: str | None = None
     duration_s: float | None = None
     error: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    run_id: str | None = None  # the run folder's name; set by `append_result`
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        # The version and the run first: what a reader checks before anything else.
+        return {"schema_version": data.pop("schema_version"), "run_id": data.pop("run_id"), **data}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        fields.setdefault("schema_version", 0)  # a line from before versioning
+        return cls(**fields)
 
 
 def _finite(value: Any) -> Any:
@@ -120,6 +140,8 @@ def append_result(run_dir: Path, result: CaseResult) -> None:
     A run killed mid-write leaves a torn last line without its newline; the new line then starts on
     a line of its own, so the torn one stays the only unreadable line.
     """
+    if result.run_id is None:
+        result.run_id = Path(run_dir).name
     line = json.dumps(_finite(result.to_dict()), sort_keys=False)
     path = Path(run_dir) / RESULTS_FILE
     prefix = "" if not path.exists() or _ends_with_newline(path) else "\n"

@@ -1,12 +1,14 @@
 """`dstbench run SUITE`: validate, expand into cases, launch each, append its result line.
 
 A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, defaults filled in),
-`run.json` (when, where, which commit) and `results.jsonl` (one line per finished case). `--resume`
-runs the cases that have no line yet, and only with the settings the finished ones ran with.
+`run.json` (when, where, which commit, the `--set` overrides, the suite's cases and those selected),
+`results.jsonl` (one line per finished case) and `collect_env.txt` (torch's environment report).
+`--resume` runs the cases that have no line yet, and only with the settings the finished ones ran with.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -15,17 +17,16 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dstbench.build import CaseTask
 from dstbench.cases import Case, expand_cases
 from dstbench.config import SuiteConfig, SuiteError, load_suite
-from dstbench.env import git_state
-from dstbench.fmt import last_line
+from dstbench.coverage import PlannedCase, record_cases
+from dstbench.env import finish_collect_env, git_state, start_collect_env
 from dstbench.launchers import make_launcher
+from dstbench.progress import RunProgress
 from dstbench.results import CaseResult, append_result, iter_results
 from dstbench.rundir import RUN_FILE, SUITE_FILE, load_run_meta, slug
-from dstbench.build import CaseTask
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).
@@ -54,20 +55,28 @@ def latest_run_dir(out: Path, suite: SuiteConfig) -> Path | None:
     return max(found)[1] if found else None
 
 
-def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None:
+def overrides_text(overrides: dict[str, Any] | None) -> str:
+    """`--set` overrides as typed: `timing.segments=10 model.depth=2`."""
+    return " ".join(f"{key}={json.dumps(value)}" for key, value in (overrides or {}).items())
+
+
+def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrides: dict[str, Any] | None = None) -> None:
+    source = f"{suite_path} with --set {overrides_text(overrides)}" if overrides else str(suite_path)
     (run_dir / SUITE_FILE).write_text(
-        f"# {suite_path} as validated by dstbench, every default filled in\n"
+        f"# {source} as validated by dstbench, every default filled in\n"
         + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False)
     )
 
 
-def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None:
-    write_suite_file(run_dir, suite, suite_path)
+def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrides: dict[str, Any] | None = None) -> None:
+    write_suite_file(run_dir, suite, suite_path, overrides)
     meta = {
+        "run_id": run_dir.name,
         "suite": suite.name,
         "suite_hash": suite.setup_hash(),
         "suite_path": str(suite_path),
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "overrides": dict(overrides or {}),  # `--set` and `--device`, as given
         **git_state(),
     }
     (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -105,12 +114,8 @@ def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     return conflicts
 
 
-def resolve_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str | None) -> Path:
-    """A new run folder, or with `resume` the one to continue (checked against the current suite)."""
-    if not resume:
-        run_dir = new_run_dir(out, suite)
-        write_run_files(run_dir, suite, suite_path)
-        return run_dir
+def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str) -> Path:
+    """The run folder `--resume` continues, checked against the current suite; writes nothing."""
     run_dir = Path(resume) if isinstance(resume, str) else latest_run_dir(out, suite)
     if run_dir is None or not (run_dir / RUN_FILE).exists() or not (run_dir / SUITE_FILE).exists():
         where = run_dir if run_dir is not None else f"{out} (no run of suite {suite.name!r} with these settings)"
@@ -125,49 +130,41 @@ def resolve_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: boo
               f"{run_dir / SUITE_FILE}. Only {', '.join(RESUME_MAY_CHANGE)} may change, and methods or "
               "densities be added.")],
         )
-    if stored.model_dump(mode="json") != suite.model_dump(mode="json"):
-        # Added methods or densities (or new expectations): the folder's suite now describes every
-        # case it will hold, and `dstbench check` uses the current expectations.
-        write_suite_file(run_dir, suite, suite_path)
     return run_dir
 
 
-def _status_line(result: CaseResult) -> str:
-    if result.status != "ok":
-        return f"[red]{result.status}[/red] {escape(last_line(result.error))}"
-    parts = []
-    if result.median_ms is not None:
-        parts.append(f"median {result.median_ms:.1f} ms/segment")
-    if result.top1 is not None:
-        parts.append(f"top1 {result.top1:.3f}")
-    if result.density_achieved is not None:
-        parts.append(f"density {result.density_achieved:.3f}")
-    return "[green]ok[/green] " + ", ".join(parts)
+def resolve_run_dir(
+    out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str | None, overrides: dict[str, Any] | None = None
+) -> Path:
+    """A new run folder, or with `resume` the one to continue (checked against the current suite)."""
+    if not resume:
+        run_dir = new_run_dir(out, suite)
+        write_run_files(run_dir, suite, suite_path, overrides)
+        return run_dir
+    run_dir = find_resumed_run_dir(out, suite, suite_path, resume)
+    stored = load_suite(run_dir / SUITE_FILE)
+    if stored.model_dump(mode="json") != suite.model_dump(mode="json"):
+        # Added methods or densities (or new expectations): the folder's suite now describes every
+        # case it will hold, and `dstbench check` uses the current expectations.
+        write_suite_file(run_dir, suite, suite_path, overrides)
+    return run_dir
 
 
 def run_cases(
     suite: SuiteConfig, suite_path: Path, run_dir: Path, cases: list[Case], console: Console, resume: bool = False
 ) -> list[CaseResult]:
-    """Launch the cases one after another with a live progress line; append each result."""
+    """Launch the cases one after another, reporting progress (`dstbench.progress`); append each result."""
     launcher = make_launcher(suite.launcher)
     suite_data = suite.model_dump(mode="json")
     results = []
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]
-    with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task("cases", total=len(cases), detail="")
-        for index, case in enumerate(cases, 1):
-            label = f"case {index}/{len(cases)} {case.case_id}"
-            progress.update(overall, description=label, detail="starting")
-
-            def on_progress(stage: str, done: int, total: int, label: str = label) -> None:
-                progress.update(overall, description=label, detail=f"{stage} {done}/{total}")
-
+    with RunProgress(console, suite, total_cases=len(cases)) as progress:
+        for case in cases:
+            progress.case_started(case.case_id)
             task = CaseTask(suite_data, str(suite_path), case.to_dict(), str(run_dir), resume=resume)
-            result = launcher.run(task, on_progress)
+            result = launcher.run(task, progress.for_case(case.case_id))
             append_result(run_dir, result)
             results.append(result)
-            progress.advance(overall)
-            console.print(f"{escape(label)}: {_status_line(result)}")
+            progress.case_finished(case.case_id, result)
     return results
 
 
@@ -186,6 +183,51 @@ def _check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | Non
         raise SuiteError(str(suite_path), problems)
 
 
+@dataclasses.dataclass
+class RunPlan:
+    """What `dstbench run` would do: the suite as validated, every case of it, the selected ones,
+    the run folder to resume (None: a new one) and the selected cases it still lacks."""
+
+    suite: SuiteConfig
+    suite_path: Path
+    overrides: dict[str, Any]
+    all_cases: list[Case]
+    cases: list[Case]
+    run_dir: Path | None
+    todo: list[Case]
+
+
+def plan_run(
+    suite_path: str | Path,
+    *,
+    out: str | Path = "runs",
+    device: str | None = None,
+    resume: bool | str | None = None,
+    only: list[str] | None = None,
+    densities: list[float] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> RunPlan:
+    """Validate the suite (with `overrides` and `device`) and the selection, and list the cases;
+    writes nothing. Raises `SuiteError` when any of it is unusable."""
+    suite_path = Path(suite_path)
+    overrides = dict(overrides or {})
+    if device:
+        overrides["device"] = device
+    suite = load_suite(suite_path, overrides)
+    _check_selection(suite, suite_path, only, densities)
+    cases = expand_cases(suite, only, densities)
+    if not cases:
+        raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
+    run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
+    done = {line.get("case_id") for line in iter_results(run_dir)} if run_dir else set()
+    todo = [case for case in cases if case.case_id not in done]
+    return RunPlan(suite, suite_path, overrides, expand_cases(suite), cases, run_dir, todo)
+
+
+def planned_cases(cases: list[Case]) -> list[PlannedCase]:
+    return [PlannedCase(c.method, c.kind, c.density) for c in cases]
+
+
 def run_suite(
     suite_path: str | Path,
     *,
@@ -199,22 +241,25 @@ def run_suite(
 ) -> Path:
     """Run a suite (or the missing cases of an earlier run) and return its run folder.
 
-    Raises `SuiteError` before anything is written when the suite, the selection or the run folder
-    to resume is unusable.
+    `overrides` set suite keys before validation (dotted keys, as `dstbench run --set`); they are
+    recorded in run.json and named in the stored suite.yaml. Raises `SuiteError` before anything
+    is written when the suite, the selection or the run folder to resume is unusable.
     """
     console = console or Console(stderr=True, soft_wrap=True)
-    suite_path = Path(suite_path)
-    overrides = dict(overrides or {})
-    if device:
-        overrides["device"] = device
-    suite = load_suite(suite_path, overrides)
-    _check_selection(suite, suite_path, only, densities)
-    cases = expand_cases(suite, only, densities)
-    if not cases:
-        raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
-    run_dir = resolve_run_dir(Path(out), suite, suite_path, resume)
+    plan = plan_run(suite_path, out=out, device=device, resume=resume, only=only, densities=densities, overrides=overrides)
+    suite, suite_path, cases = plan.suite, plan.suite_path, plan.cases
+    run_dir = resolve_run_dir(Path(out), suite, suite_path, resume, plan.overrides)
+    # Which cases the suite has and which this run was asked for: reports and `check` tell an
+    # unfinished run from one that selected fewer cases (dstbench.coverage).
+    record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
     done = {line.get("case_id") for line in iter_results(run_dir)}
     todo = [case for case in cases if case.case_id not in done]
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
-    run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+    collector = start_collect_env(run_dir)
+    try:
+        run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+    except BaseException:
+        finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
+        raise
+    finish_collect_env(collector)
     return run_dir

@@ -20,7 +20,7 @@ from dstbench.build import CaseTask, Progress, base_result, build_method, failed
 from dstbench.cases import Case
 from dstbench.config import SuiteConfig, parse_suite
 from dstbench.data import speed_batches
-from dstbench.env import gpu_snapshot, static_env
+from dstbench.env import gpu_snapshot, plugin_versions, static_env
 from dstbench.method import Method, synchronize
 from dstbench.results import CaseResult
 from dstbench.trackers import (
@@ -113,7 +113,7 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
     result = base_result(suite, case)
     result.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     result.device = str(device)
-    result.env = {**static_env(device), "gpu_before": gpu_snapshot(device)}
+    result.env = {**static_env(device), "plugins": plugin_versions(suite.plugins), "gpu_before": gpu_snapshot(device)}
     if distributed.is_distributed():
         # A rank's own line; the launcher merges the ranks' lines into the case's.
         result.world_size = distributed.world_size()

@@ -8,6 +8,9 @@ import os
 # two cores (measured 20x slower steps). The tests time nothing, so passive waiting's cost on a quiet
 # machine does not matter here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Runs in tests write no collect_env.txt (seconds of pip and lscpu per run); tests/test_env.py
+# writes one on purpose.
+os.environ.setdefault("DSTBENCH_COLLECT_ENV", "0")
 
 import copy
 from typing import Any, Iterator

@@ -120,6 +120,53 @@ def test_overrides_replace_top_level_keys(tmp_path) -> None:
     assert load_suite(path, {"device": "cpu"}).device == "cpu"
 
 
+def test_dotted_overrides_reach_inside_and_are_validated_like_the_file(tmp_path) -> None:
+    from dstbench.config import parse_assignment
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(micro_suite(methods=["dense", "rigl"])))
+    sets = dict(parse_assignment(t) for t in ("timing.segments=10", "model.depth=1", "methods.1.params.delta_t=7",
+                                              "densities=[0.2, 0.4]", "model.checkpoint=null"))
+    assert sets["densities"] == [0.2, 0.4] and sets["model.checkpoint"] is None
+    suite = load_suite(path, sets)
+    assert suite.timing.segments == 10 and suite.model.kwargs["depth"] == 1 and suite.densities == [0.2, 0.4]
+    assert suite.methods[1].params == {"delta_t": 7}  # a bare name took keys
+    with pytest.raises(SuiteError) as info:
+        load_suite(path, {"timing.segmnts": 3, "timing.segments": 0})
+    message = str(info.value)
+    assert "timing.segmnts: unknown key (allowed: warmup_steps, segment_steps, segments, total_steps) (from --set timing.segmnts=3)" in message
+    assert "timing.segments: Input should be greater than 0 (from --set timing.segments=0)" in message
+    with pytest.raises(SuiteError, match="batch_size is 8, not a mapping"):
+        load_suite(path, {"batch_size.x": 1})
+    with pytest.raises(SuiteError, match="no item 5 in a list of 2"):
+        load_suite(path, {"methods.5.name": "set"})
+    for bad in ("timing", "=3", "a..b=1"):
+        with pytest.raises(ValueError, match="KEY=VALUE"):
+            parse_assignment(bad)
+
+
+def test_importing_the_config_builds_no_model() -> None:
+    """Reports read a run's expectations through dstbench.config without torch or timm."""
+    import subprocess
+    import sys
+
+    code = "import sys, dstbench.config; print(sorted({'torch', 'timm'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_a_packaged_dataset_without_its_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    suite = micro_suite(data={"name": "digits", "num_workers": 0}, mode="accuracy",
+                        model={**micro_suite()["model"], "img_size": 8, "patch_size": 2})
+    with pytest.raises(SuiteError) as info:
+        parse_suite(suite, "d.yaml")
+    assert "data.name: digits needs scikit-learn, which is not installed: pip install 'dstbench[datasets]'" in str(info.value)
+    parse_suite(suite, "d.yaml", check_files=False)  # a finished run's suite is still readable
+
+
 def test_setup_hash_ignores_methods_and_names_but_not_settings() -> None:
     base = parse_suite(micro_suite()).setup_hash()
     assert parse_suite(micro_suite(name="other", densities=[0.1])).setup_hash() == base

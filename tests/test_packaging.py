@@ -30,3 +30,80 @@ def test_installed_methods_import_through_the_namespace() -> None:
     import dstbench.methods.dense as dense
 
     assert Path(dense.__file__).resolve() == ROOT / "methods" / "dense.py"
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _names(requirements: list[str]) -> set[str]:
+    import re
+
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_base_install_is_lean_and_extras_name_what_they_bring() -> None:
+    project = _project()
+    base = _names(project["dependencies"])
+    assert not base & {"pytest", "pytest-benchmark", "scikit-learn", "mlxtend", "playwright"}, base
+    extras = project["optional-dependencies"]
+    assert _names(extras["datasets"]) == {"scikit-learn", "mlxtend"}
+    assert _names(extras["export"]) == {"pytest-benchmark"}
+    # `pip install -e ".[dev]" && python -m pytest -q` runs every test: both extras and the tools.
+    assert "dstbench[datasets,export]" in extras["dev"] and {"pytest", "playwright"} <= _names(extras["dev"])
+    torch = next(r for r in project["dependencies"] if r.startswith("torch>") or r.startswith("torch="))
+    from packaging.specifiers import SpecifierSet
+
+    assert "2.14.1" in SpecifierSet(torch.removeprefix("torch"))
+
+
+LEAN = """
+import importlib, json, pkgutil, sys
+from pathlib import Path
+# What a lean install lacks: an import of any of these fails, and find_spec says it is missing.
+for name in ("sklearn", "mlxtend", "pytest_benchmark", "pytest"):
+    sys.modules[name] = None
+import dstbench
+for module in pkgutil.walk_packages(dstbench.__path__, "dstbench."):
+    if not module.name.endswith("__main__") and "torchrun_worker" not in module.name:
+        importlib.import_module(module.name)
+from dstbench.cli import main
+commands, out = json.loads(sys.argv[1]), Path(sys.argv[2])
+codes = []
+for argv in commands:  # {RUN}: the run folder the first command made
+    runs = list(out.iterdir()) if out.exists() else []
+    codes.append(main([a.replace("{RUN}", str(runs[0]) if runs else "") for a in argv]))
+print("CODES", json.dumps(codes))
+"""
+
+
+def test_a_lean_install_runs_a_synthetic_suite_and_names_the_missing_extras(tmp_path: Path) -> None:
+    """Every dstbench module imports, a synthetic suite runs, and what needs an extra says which,
+    with scikit-learn, mlxtend, pytest-benchmark and pytest absent (as after `pip install .`)."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import micro_suite
+
+    smoke = tmp_path / "smoke.yaml"
+    smoke.write_text(yaml.safe_dump(micro_suite(timing={"warmup_steps": 1, "segment_steps": 1, "segments": 2})))
+    digits = tmp_path / "digits.yaml"
+    digits.write_text(yaml.safe_dump(micro_suite(data={"name": "digits", "num_workers": 0}, mode="accuracy",
+                                                 model={**micro_suite()["model"], "img_size": 8, "patch_size": 2})))
+    out = tmp_path / "runs"
+    commands = [
+        ["run", str(smoke), "--out", str(out)],
+        ["run", str(digits), "--dry-run"],
+        ["export", "{RUN}", "--pytest-benchmark", str(tmp_path / "b.json")],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", LEAN, json.dumps(commands), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.split("CODES", 1)[1]) == [0, 2, 2]
+    assert "data.name: digits needs scikit-learn, which is not installed: pip install 'dstbench[datasets]'" in done.stderr
+    assert "dstbench export needs pytest-benchmark, which is not installed: pip install 'dstbench[export]'" in done.stderr
+    assert not (tmp_path / "b.json").exists()

@@ -365,8 +365,10 @@ def test_the_report_gains_phase_and_memory_plots_operator_table_and_trace_links(
     assert parts.loc[toy].sum() == pytest.approx(wall / steps)  # the stacked bar is the whole window
     assert list(parts.columns)[-1] == analysis.OTHER
     for build in (section.phase_plot, section.memory_plot):
-        figure = build(derived)
-        assert figure is not None and len(figure.axes[0].patches) == len(derived) * len(figure.axes[0].get_legend().texts)
+        plot = build(derived)
+        figure = plot.figure  # its legend sits outside the axes, on the figure
+        assert len(figure.axes[0].patches) == len(derived) * len(figure.legends[0].texts)
+        assert "profiling_toy @ 0.5: " in plot.alt  # the numbers, for a screen reader
     ops = section.operators_table(derived)
     assert {row[0] for row in ops.rows} == {"profiling_toy @ 0.5"} and len(ops.rows) == section.TOP_OPS_PER_CASE
     links = [row[1] for row in section.traces_table(derived).rows]

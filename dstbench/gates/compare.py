@@ -335,7 +335,20 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
         f"{len(comparison.cases)} cases compared: {len(regressed)} regressed, {len(improved)} improved"
         + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
     ]
+    verdict = overall_verdict(comparison, strict)
+    lines += ["", f"**Verdict: {verdict}**" if markdown else f"verdict: {verdict}"]
     return "\n".join(lines) + "\n"
+
+
+def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
+    """The gate's answer in one line, as the exit code gives it: PASS, FAIL (and which cases
+    regressed in what) or ERROR (incomparable environments under --strict)."""
+    code = exit_code(comparison, strict)
+    if code == EXIT_USAGE:
+        return "ERROR: the runs' environments differ (--strict)"
+    if code == EXIT_FAILED:
+        return "FAIL: " + "; ".join(f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed)
+    return f"PASS: no regression in {len(comparison.cases)} cases"
 
 
 def exit_code(comparison: Comparison, strict: bool) -> int:

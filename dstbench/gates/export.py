@@ -15,17 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest_benchmark
-from pytest_benchmark.stats import Stats
-
 from dstbench.cases import case_id as make_case_id
 from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.extras import MissingExtra, require
 from dstbench.results import iter_results, segment_samples
 from dstbench.rundir import SUITE_FILE, RunDirError, load_run_meta, require_results
 
 
 def benchmark_stats(segment_ms: list[float], segment_steps: int) -> dict[str, Any]:
     """pytest-benchmark's `stats` block: per-step seconds of each segment, `iterations` steps each."""
+    require("dstbench export", "pytest_benchmark")  # an extra: pip install 'dstbench[export]'
+    from pytest_benchmark.stats import Stats
+
     stats = Stats()
     for ms in segment_ms:
         stats.update(float(ms) / 1e3 / segment_steps)
@@ -86,6 +87,12 @@ def machine_info(env: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _pytest_benchmark_version() -> str:
+    import pytest_benchmark
+
+    return str(pytest_benchmark.__version__)
+
+
 def export_run(run_dir: str | Path) -> tuple[dict[str, Any], list[str]]:
     """The pytest-benchmark document of a run, and the case ids left out (not ok, no samples)."""
     run_dir = Path(run_dir)
@@ -104,15 +111,15 @@ def export_run(run_dir: str | Path) -> tuple[dict[str, Any], list[str]]:
         "machine_info": machine_info(env),
         "commit_info": {
             "id": meta.get("commit") or "unversioned",
-            "time": None,
+            "time": meta.get("commit_time"),
             "author_time": None,
             "dirty": bool(meta.get("dirty")),
             "project": "dstbench",
-            "branch": "(unknown)",
+            "branch": meta.get("branch") or "(unknown)",
         },
         "benchmarks": benchmarks,
         "datetime": meta.get("created") or dt.datetime.now(dt.timezone.utc).isoformat(),
-        "version": pytest_benchmark.__version__,
+        "version": _pytest_benchmark_version(),
     }
     return document, skipped
 
@@ -121,9 +128,10 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of `dstbench export` (see cli.py for the arguments)."""
     run_dir = Path(args.run_dir)
     try:
+        require("dstbench export", "pytest_benchmark")
         require_results([run_dir])
-    except RunDirError as exc:
-        print(f"dstbench export: {exc}", file=sys.stderr)
+    except (RunDirError, MissingExtra) as exc:
+        print(f"dstbench export: {exc}" if isinstance(exc, RunDirError) else str(exc), file=sys.stderr)
         return EXIT_USAGE
     document, skipped = export_run(run_dir)
     for case in skipped:

@@ -116,8 +116,15 @@ def main(args: argparse.Namespace) -> int:
     from dstbench.results import iter_results
     from dstbench.run import run_suite
 
+    from dstbench.cli import _assignments
+
     console = Console(stderr=True, soft_wrap=True)
     suite_path = Path(args.suite)
+    try:
+        sets = _assignments(getattr(args, "set", None))
+    except ValueError as exc:  # a malformed --set
+        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
     try:
         run_dir = run_suite(
             suite_path,
@@ -125,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
             device=args.device,
             only=args.only,
             densities=args.density,
-            overrides={"profile": profile_override(suite_path)},
+            overrides={**sets, "profile": profile_override(suite_path)},
             console=console,
         )
     except SuiteError as exc:

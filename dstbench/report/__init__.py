@@ -2,9 +2,12 @@
 report, and a static site of runs.
 
     derive.py       result lines -> DataFrame with speedup (+ bootstrap CI), memory reduction, ...
-    sections.py     the registry of report sections (below)
+    figures.py      below every plot: `Plot`, `plot_style`, `new_figure` and the phone layout,
+                    `palette`, `legend_outside`, `coincident_groups`, `figure_to_uri`
+    sections.py     the registry of report sections (below); imports figures only
+    expectations.py the suites' expectations (PASS / FAIL / SKIPPED) and each run's coverage
     tables.py       core table sections; tabulate rendering for the terminal and Markdown
-    plots.py        core plot sections (seaborn); `plot_style`, `new_figure`, `series`, `palette`
+    plots.py        core plot sections (seaborn): colour is the method, marker the density
     environment.py  run, machine and GPU-clock tables
     topology.py     a compact method's topology history from `method_extras`; the exchanges table
     seeds.py        runs that differ only in their seed: means and intervals over seeds
@@ -23,18 +26,26 @@ None: a section linking a file of the run folder makes the link relative to it w
 A module registers sections with decorators at import time:
 
     from dstbench.report.sections import Table, register_plot, register_table
-    from dstbench.report.plots import new_figure   # Figure + axes, no pyplot needed
+    from dstbench.report.figures import Plot, legend_outside, new_figure   # no pyplot needed
 
     @register_plot("my_plot", "Title", order=170, caption="What the plot shows.")
-    def my_plot(derived: pd.DataFrame) -> matplotlib.figure.Figure | None: ...
+    def my_plot(derived: pd.DataFrame) -> Plot | None:
+        figure, ax = new_figure()
+        ...
+        legend_outside(ax)
+        return Plot(figure, alt="The numbers it shows, as text.", title="What is plotted, if the data decides it")
 
     @register_table("my_table", "Title", order=180, terminal=False)
     def my_table(derived: pd.DataFrame) -> Table | None:
         return Table(headers=[...], rows=[[...], ...], align=["left", "right", ...], note="...")
 
 and is listed in `sections.SECTION_MODULES` (a module that is not there yet is skipped). Keys are
-unique and become HTML anchors. Orders: core tables 10-40, core plots 100-165, profiling 170-199,
-environment 890-910. Plots are drawn inside `plots.plot_style()` (text is never parsed as math) and
+unique and become HTML anchors. Orders: expectations 5, core tables 10-40, core plots 100-165,
+profiling 170-199, environment 890-910. Plots are drawn inside `figures.plot_style()` (text is never
+parsed as math), twice: once as they are and once inside `figures.narrow_layout()`, where
+`new_figure` makes them phone-wide and `legend_outside` puts legends below (a builder with several
+panels side by side stacks them when `figures.is_narrow()`); the page shows the phone layout on
+narrow screens. A builder may return a bare Figure (its alt text is then its title). Both are
 embedded as SVG data: URIs; tables go to the HTML page (every cell escaped, except
 `markupsafe.Markup` cells, which must be built with `Markup(...).format(...)` so their arguments
 are escaped), to `--markdown` and, when `terminal` is true, to the terminal. A section that raises

@@ -50,6 +50,16 @@ def headline_text(derived: pd.DataFrame) -> str:
             f"{m['density']:g}, {m['basis']}{harness})"
         )
     lines.append(f"cases: {h['cases'] - h['failed']} of {h['cases']} ok" + (f", {h['failed']} failed" if h["failed"] else ""))
+    from dstbench.report.expectations import counts, coverage_notes, run_verdicts
+
+    for note in coverage_notes(derived):
+        lines.append(f"{'INCOMPLETE RUN' if note['incomplete'] else 'selection'} {note['run']}: {note['summary']}")
+    tally = counts(run_verdicts(derived))
+    if any(tally.values()):
+        lines.append(
+            f"expectations: {tally['PASS']} of {tally['PASS'] + tally['FAIL']} passed"
+            + (f", {tally['FAIL']} failed" if tally["FAIL"] else "") + (f", {tally['SKIPPED']} skipped" if tally["SKIPPED"] else "")
+        )
     loading = data_loading(derived)
     if loading:
         lines.append(f"data loading: {' | '.join(loading)}")

@@ -15,11 +15,20 @@ from dstbench.rundir import load_run_meta
 
 # The record's keys in reading order; keys not listed follow alphabetically.
 ENV_ORDER = (
-    "device_type", "device_name", "device_memory_bytes", "compute_capability", "nvml_index", "driver", "cuda",
-    "cudnn", "torch", "torchvision", "timm", "python", "python_implementation", "dstbench", "cpu_model",
-    "cpu_threads", "cpu_count", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "platform", "hostname", "commit", "dirty",
+    "device_type", "device_name", "device_memory_bytes", "compute_capability", "gpu_count", "nvml_index", "driver",
+    "cuda", "cudnn", "torch", "torchvision", "timm", "python", "python_implementation", "dstbench", "plugins",
+    "cpu_model", "cpu_threads", "cpu_count", "ram_bytes", "OMP_NUM_THREADS", "OMP_WAIT_POLICY",
+    "float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32", "cudnn_benchmark",
+    "cudnn_deterministic", "deterministic_algorithms", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+    "platform", "hostname", "commit", "branch", "commit_time", "dirty",
 )
 PER_CASE_KEYS = ("gpu_before", "gpu_after")
+# What only means something where a case ran on CUDA: left out of a report without a CUDA case
+# (older records hold torch's build CUDA and a raw cuDNN integer on every device).
+CUDA_ONLY_KEYS = (
+    "cuda", "cudnn", "driver", "nvml_index", "compute_capability", "device_memory_bytes", "cuda_matmul_allow_tf32",
+    "cudnn_allow_tf32", "cudnn_benchmark", "cudnn_deterministic", "PYTORCH_CUDA_ALLOC_CONF",
+)
 
 
 def _text(value: Any) -> str:
@@ -39,13 +48,17 @@ def runs_table(derived: pd.DataFrame) -> Table | None:
     body = []
     for run in pd.unique(derived["run"]):
         meta = load_run_meta(run)
+        overrides = meta.get("overrides") or {}
         body.append(
             [run_label(run), _text(meta.get("suite")), _text(meta.get("created")), _text(meta.get("commit")),
-             _text(meta.get("dirty")), _text(meta.get("suite_path"))]
+             _text(meta.get("branch")), _text(meta.get("commit_time")), _text(meta.get("dirty")),
+             _text(meta.get("suite_path")), " ".join(f"{k}={json.dumps(v)}" for k, v in overrides.items()) or DASH]
         )
     return Table(
-        ["run", "suite", "created (UTC)", "commit", "uncommitted changes", "suite file"], body,
-        note="From each run folder's run.json, written when the run started.",
+        ["run", "suite", "created (UTC)", "commit", "branch", "commit time", "uncommitted changes", "suite file",
+         "--set"], body,
+        note="From each run folder's run.json, written when the run started; --set lists the suite keys "
+        "overridden on the command line.",
     )
 
 
@@ -58,6 +71,8 @@ def environment_table(derived: pd.DataFrame) -> Table | None:
     if not records:
         return None
     keys = {k for env in records for k in env if k not in PER_CASE_KEYS}
+    if not any(env.get("device_type") == "cuda" for env in records):
+        keys -= set(CUDA_ONLY_KEYS)
     ranked = [k for k in ENV_ORDER if k in keys] + sorted(keys - set(ENV_ORDER))
     body = []
     if "data_loading" in derived:

@@ -18,6 +18,7 @@ import jinja2
 import pandas as pd
 
 from dstbench.report.derive import data_loading, headline
+from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
 from dstbench.rundir import SUITE_FILE, load_run_meta
@@ -51,6 +52,14 @@ class Page:
     data_loading: list[str] = field(default_factory=list)
     nav: list[Link] = field(default_factory=list)
     files: list[Link] = field(default_factory=list)
+    # PASS / FAIL / SKIPPED counts of the runs' expectations (None: no suite has any)
+    expectations: dict[str, int] | None = None
+    # Runs with cases missing or not selected: {"run", "summary", "incomplete"} each
+    coverage: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def incomplete(self) -> bool:
+        return any(note["incomplete"] for note in self.coverage)
 
 
 @functools.lru_cache(maxsize=2)
@@ -104,6 +113,7 @@ def build_page(
     derived.attrs["output_dir"] = str(output_dir) if output_dir is not None else None
     runs = read_runs(run_dirs)
     suites = list(dict.fromkeys(str(s) for s in derived["suite"])) if "suite" in derived else []
+    verdicts = run_verdicts(derived)
     return Page(
         title="dstbench report: " + (", ".join(suites) or ", ".join(r.label for r in runs)),
         runs=runs,
@@ -112,6 +122,8 @@ def build_page(
         devices=devices(derived),
         version=dstbench_version(),
         data_loading=data_loading(derived),
+        expectations=counts(verdicts) if any(v.outcomes for v in verdicts) else None,
+        coverage=coverage_notes(derived),
     )
 
 

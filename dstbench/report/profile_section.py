@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from markupsafe import Markup
-from matplotlib.figure import Figure
 
 from dstbench.fmt import DASH, MIB, mib, percent
 from dstbench.phases import STEP_PHASES
-from dstbench.report.plots import new_figure, plot_style, series
+from dstbench.report.figures import Plot, legend_outside, new_figure, plot_style
+from dstbench.report.plots import series
 from dstbench.report.sections import Table, register_plot, register_table
 from dstbench.report.tables import ordered
 
@@ -74,18 +74,30 @@ def _stacked_bars(ax: Any, labels: list[str], parts: pd.DataFrame, names: dict[s
     "launched it), host time otherwise; 'other' is time under no label. Profiled steps carry "
     "profiler overhead and never feed the timed figures.",
 )
-def phase_plot(derived: pd.DataFrame) -> Figure | None:
+def phase_plot(derived: pd.DataFrame) -> Plot | None:
     frame = profiled(derived)
     if frame.empty:
         return None
     on_device = _device_basis(frame)
     parts = phase_frame(frame, on_device)
+    clock = "GPU" if on_device else "host"
     with plot_style():
         figure, ax = new_figure(7.2, 1.6 + 0.4 * len(frame))
         _stacked_bars(ax, list(frame["case"]), parts, {OTHER: "other (unlabelled)"})
-        ax.set(xlabel=f"{'GPU' if on_device else 'host'} ms per profiled step", ylabel="")
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside, never over, the bars
-    return figure
+        ax.set(xlabel=f"{clock} ms per profiled step", ylabel="")
+        legend_outside(ax)  # beside (or below), never over, the bars
+    alt = _alt(frame, parts, "ms", ".2f")
+    return Plot(figure, f"{clock} ms per profiled step by phase. {alt}.", f"Profile: {clock} time per step by phase")
+
+
+def _alt(frame: pd.DataFrame, parts: pd.DataFrame, unit: str, fmt: str) -> str:
+    """'case: total (part value, ...)' per case, for alt texts."""
+    return "; ".join(
+        f"{case}: {parts.loc[index].sum():{fmt}} {unit} ("
+        + ", ".join(f"{column.replace('_', ' ')} {parts.loc[index, column]:{fmt}}" for column in parts.columns)
+        + ")"
+        for case, index in zip(frame["case"], frame.index)
+    )
 
 
 @register_plot(
@@ -94,7 +106,7 @@ def phase_plot(derived: pd.DataFrame) -> Figure | None:
     "(masks, accumulators) and the activations saved for backward in one step. A black tick marks the "
     "CUDA allocator's peak over the profiled steps, labelled with the phase in which it occurred.",
 )
-def memory_plot(derived: pd.DataFrame) -> Figure | None:
+def memory_plot(derived: pd.DataFrame) -> Plot | None:
     frame = profiled(derived)
     frame = frame[frame["profile"].map(lambda p: isinstance(p.get("memory"), dict))]
     if frame.empty:
@@ -116,8 +128,9 @@ def memory_plot(derived: pd.DataFrame) -> Figure | None:
                 ax.annotate(f"peak: {peak.get('phase')}", (x, y), xytext=(4, 0), textcoords="offset points",
                             va="center", fontsize="x-small")
         ax.set(xlabel="MiB", ylabel="")
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return figure
+        legend_outside(ax)
+    alt = _alt(frame, parts, "MiB", ".1f")
+    return Plot(figure, f"Exact memory at the profiled steps, MiB. {alt}.", "Profile: exact memory by part at the profiled steps")
 
 
 def _ms(value: Any) -> str:

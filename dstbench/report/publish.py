@@ -20,6 +20,8 @@ from typing import Any
 import pandas as pd
 
 from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.coverage import run_coverage
+from dstbench.gates.expect import run_outcomes
 from dstbench.report.cli import choose_reference
 from dstbench.report.derive import derive, headline, load_frame
 from dstbench.report.history import SiteRun, suite_histories
@@ -49,7 +51,13 @@ def load_site_run(run_dir: Path) -> SiteRun:
         reference, _ = choose_reference(frame, [str(run_dir)], None)
         derived = derive(frame, reference or str(frame["method"].iloc[0]))
         head = headline(derived)
-    return SiteRun(run_dir.name, meta, _created(meta, frame), derived, head, devices(derived))
+    outcomes = run_outcomes(run_dir, frame) if not frame.empty else None
+    verdicts = None
+    if outcomes and outcomes[1]:
+        verdicts = {v: sum(o.verdict == v for o in outcomes[1]) for v in ("PASS", "FAIL", "SKIPPED")}
+    return SiteRun(
+        run_dir.name, meta, _created(meta, frame), derived, head, devices(derived), run_coverage(run_dir), verdicts
+    )
 
 
 def _linked_files(run_dir: Path) -> list[str]:

@@ -5,20 +5,25 @@ See the package docstring (`dstbench/report/__init__.py`) for how a module adds 
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import importlib
-import io
-import re
 import sys
 import traceback
 from typing import Any, Callable, Literal
 
 import pandas as pd
 
+from dstbench.report.figures import Plot, close, figure_to_uri, narrow_layout, plot_style
+
+__all__ = [
+    "Plot", "Rendered", "SECTION_MODULES", "Section", "Table", "figure_to_uri", "load_section_modules",
+    "register_plot", "register_table", "render_sections", "sections",
+]
+
 # Modules whose import registers sections. A module that does not exist (yet) is skipped; an error
 # inside one that exists is not, so a broken section module never silently vanishes from reports.
 SECTION_MODULES = (
+    "dstbench.report.expectations",
     "dstbench.report.tables",
     "dstbench.report.plots",
     "dstbench.report.environment",
@@ -47,7 +52,7 @@ class Section:
     key: str  # unique; the HTML anchor
     title: str
     kind: Literal["table", "plot"]
-    build: Callable[[pd.DataFrame], Any]  # -> Table | matplotlib Figure | None (data absent)
+    build: Callable[[pd.DataFrame], Any]  # -> Table | Plot | matplotlib Figure | None (data absent)
     order: int
     caption: str = ""
     terminal: bool = True  # tables: also printed by `dstbench report` on the terminal
@@ -66,6 +71,11 @@ class Rendered:
     width_px: int = 0
     height_px: int = 0
     error: str | None = None
+    alt: str = ""  # what the plot shows, its numbers stated (the image's alt text)
+    # The same plot laid out for a phone (`figures.narrow_layout`), None where it failed.
+    narrow_uri: str | None = None
+    narrow_width_px: int = 0
+    narrow_height_px: int = 0
 
 
 _SECTIONS: dict[str, Section] = {}
@@ -89,7 +99,9 @@ def register_table(
 def register_plot(
     key: str, title: str, *, order: int = 500, caption: str = ""
 ) -> Callable[[Callable[[pd.DataFrame], Any]], Callable[[pd.DataFrame], Any]]:
-    """Decorator: `build(derived) -> matplotlib.figure.Figure | None` becomes a plot section."""
+    """Decorator: `build(derived) -> Plot | matplotlib.figure.Figure | None` becomes a plot section,
+    drawn once per layout (`figures.narrow_layout`). A `Plot` carries its alt text (the numbers it
+    shows) and, where the data decides it, its title."""
     return _register("plot", key, title, order, caption, True)
 
 
@@ -109,24 +121,6 @@ def sections(kind: str | None = None) -> list[Section]:
     return sorted(found, key=lambda s: (s.order, s.key))
 
 
-def figure_to_uri(figure: Any) -> tuple[str, int, int]:
-    """An SVG data: URI of a matplotlib figure and its size in CSS pixels.
-
-    SVG keeps plots sharp in print; inside an <img> its element ids cannot collide with another
-    plot's and nothing in it can run.
-    """
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    svg = buffer.getvalue()
-    # The size as saved (a tight bounding box differs from the figure's), in points.
-    size = re.search(rb'<svg[^>]*?width="([\d.]+)pt"[^>]*?height="([\d.]+)pt"', svg[:2000])
-    points = (float(size.group(1)), float(size.group(2))) if size else tuple(v * 72 for v in figure.get_size_inches())
-    # Shown at 1.25x: matplotlib's 10 pt text then matches the page's body text.
-    width, height = (int(round(v / 72 * 96 * 1.25)) for v in points)
-    uri = "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
-    return uri, width, height
-
-
 def render_sections(derived: pd.DataFrame, *, images: bool = True, terminal_only: bool = False) -> list[Rendered]:
     """Build every section that has data. A section that raises is kept with its error shown, so
     one broken plot costs that plot, not the report; the error also goes to stderr."""
@@ -139,25 +133,42 @@ def render_sections(derived: pd.DataFrame, *, images: bool = True, terminal_only
         rendered = Rendered(section.key, section.title, section.kind, section.caption)
         try:
             if section.kind == "plot":
-                from dstbench.report.plots import plot_style
-
-                with plot_style():
-                    result = section.build(derived)
+                _render_plot(section, derived, rendered)
             else:
                 result = section.build(derived)
-            if result is None:
-                continue
-            if section.kind == "table":
+                if result is None:
+                    continue
                 rendered.table = result
-            else:
-                try:
-                    rendered.image_uri, rendered.width_px, rendered.height_px = figure_to_uri(result)
-                finally:
-                    # A figure made through pyplot stays registered there until closed.
-                    if "matplotlib.pyplot" in sys.modules:
-                        sys.modules["matplotlib.pyplot"].close(result)
         except Exception as exc:  # noqa: BLE001 - reported in the page and on stderr
             rendered.error = f"{type(exc).__name__}: {exc}"
             print(f"report section {section.key!r} failed:\n{traceback.format_exc()}", file=sys.stderr)
-        out.append(rendered)
+        if rendered.error or rendered.table is not None or rendered.image_uri:
+            out.append(rendered)
     return out
+
+
+def _draw(section: Section, derived: pd.DataFrame, narrow: bool) -> tuple[Plot | None, tuple[str, int, int] | None]:
+    """The section's plot in one layout, and its SVG (None: its data is absent)."""
+    with plot_style(), narrow_layout(narrow):
+        result = section.build(derived)
+    if result is None:
+        return None, None
+    plot = result if isinstance(result, Plot) else Plot(result, alt="")
+    try:
+        return plot, figure_to_uri(plot.figure)
+    finally:
+        close(plot.figure)
+
+
+def _render_plot(section: Section, derived: pd.DataFrame, rendered: Rendered) -> None:
+    """Both layouts of a plot section into `rendered`; a section returning a bare Figure (no alt
+    text of its own) gets its title as alt text."""
+    plot, image = _draw(section, derived, narrow=False)
+    if plot is None or image is None:
+        return
+    rendered.image_uri, rendered.width_px, rendered.height_px = image
+    rendered.alt = plot.alt or section.title
+    rendered.title = plot.title or section.title
+    _, narrow = _draw(section, derived, narrow=True)
+    if narrow is not None:
+        rendered.narrow_uri, rendered.narrow_width_px, rendered.narrow_height_px = narrow

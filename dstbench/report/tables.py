@@ -187,9 +187,12 @@ def failed_table(derived: pd.DataFrame) -> Table | None:
 
 def render_table(table: Table, fmt: str) -> str:
     """`table` laid out by tabulate in format `fmt` ("simple" terminal, "github" Markdown)."""
-    return tabulate(
-        table.rows, headers=table.headers, tablefmt=fmt, disable_numparse=True, colalign=table.column_align()
-    )
+    rows, headers = table.rows, table.headers
+    if fmt == "github":
+        # A bare | inside a cell would end it (|error| in an expectation's detail).
+        rows = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
+        headers = [h.replace("|", "\\|") for h in headers]
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True, colalign=table.column_align())
 
 
 def render_text(rendered: list[Rendered], fmt: str = "simple") -> str:

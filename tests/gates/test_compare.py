@@ -151,6 +151,11 @@ def test_markdown_is_written_for_a_ci_comment(tmp_path: Path, capsys: pytest.Cap
     assert text.startswith("## dstbench compare")
     assert "| case " in text and "|---" in text.replace(" ", "").replace(":", "")
     assert "REGRESSION: time" in text
+    # The verdict a pull request reads first, as the exit code gives it.
+    assert text.rstrip().endswith("**Verdict: FAIL: rigl@0.1 (time)**")
+    same = tmp_path / "same.md"
+    assert _compare(capsys, base, base, "--markdown", str(same))[0] == 0
+    assert same.read_text().rstrip().endswith("**Verdict: PASS: no regression in 1 cases**")
 
 
 @pytest.mark.parametrize("broken", ["missing_dir", "missing_results", "missing_run_json", "empty_results"])

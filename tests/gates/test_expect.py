@@ -170,3 +170,79 @@ def test_dstbench_check_of_unusable_run_exits_2(tmp_path: Path, capsys: pytest.C
     (run / "suite.yaml").write_text("name: broken\nmethods: [nonexistent]\ndensities: [0.1]\n")
     assert main(["check", str(run)]) == 2
     assert "nonexistent" in capsys.readouterr().err
+
+
+# -- cases left out of a run (--only, --density) and runs that did not finish ----------------------
+def _planned() -> list:
+    from dstbench.coverage import PlannedCase
+
+    return [PlannedCase("dense", "dense", 1.0)] + [
+        PlannedCase(m, "masked", d) for d in (0.5, 0.1) for m in ("rigl", "barter", "set")
+    ]
+
+
+def _covered(expect: list[dict[str, Any]], selected: list[str], lines: list[dict[str, Any]] | None = None) -> list:
+    from dstbench.coverage import Coverage
+
+    lines = lines or _lines()
+    suite = parse_suite(_suite(expect))
+    frame = pd.DataFrame([{**x, "run": "r"} for x in lines])
+    coverage = Coverage(_planned(), selected, [x["case_id"] for x in lines])
+    return check_expectations(suite, frame, coverage)
+
+
+AT_01 = ["dense@1", "rigl@0.1", "barter@0.1", "set@0.1"]  # --density 0.1
+
+
+def test_cases_not_selected_are_skipped_not_failed() -> None:
+    outcomes = _covered([{"metric": "density_achieved", "method": "*", "tolerance": 0.01}], AT_01)
+    verdicts = {o.case: o.verdict for o in outcomes}
+    assert verdicts == {"dense@1": "PASS", "rigl@0.1": "PASS", "barter@0.1": "PASS", "set@0.1": "FAIL",
+                        "rigl@0.5": "SKIPPED", "barter@0.5": "SKIPPED", "set@0.5": "SKIPPED"}
+    skipped = next(o for o in outcomes if o.case == "barter@0.5")
+    assert skipped.passed and not skipped.failed  # a skipped gate never fails the run
+    assert describe(skipped, "rigl") == "SKIPPED  density_achieved barter@0.5: not selected for this run (--only / --density)"
+    # Named outright: still skipped, where without a record of the selection nothing matched (a failure).
+    [named] = _covered([{"metric": "speedup", "method": "barter", "density": 0.5, "min": 3.0}], AT_01)
+    assert named.verdict == "SKIPPED"
+
+
+def test_a_case_whose_partner_was_not_selected_is_skipped() -> None:
+    lines = [x for x in _lines() if x["method"] != "rigl"]  # --only dense barter set
+    selected = ["dense@1", "barter@0.5", "set@0.5", "barter@0.1", "set@0.1"]
+    [outcome] = _covered([{"metric": "speedup", "method": "barter", "vs": "rigl", "density": 0.1, "min": 3.0}], selected, lines)
+    assert outcome.verdict == "SKIPPED"
+    assert outcome.message == "rigl@0.1, which it compares with, was not selected for this run"
+
+
+def test_a_selected_case_without_a_result_fails() -> None:
+    lines = [x for x in _lines() if x["method"] != "barter"]  # the run stopped before barter@0.1
+    [outcome] = _covered([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.0}], AT_01, lines)
+    assert outcome.verdict == "FAIL"
+    assert outcome.message == "not run: the run has no result for barter@0.1 (3 of 4 cases (1 not run: barter@0.1); 3 more in the suite, not selected)"
+
+
+def _recorded_run(tmp_path: Path, lines: list[dict[str, Any]], selected: list[str], expect: list[dict[str, Any]]) -> Path:
+    from dstbench.coverage import record_cases
+
+    run = write_run(tmp_path / "run", lines, suite=_suite(expect))
+    record_cases(run, _planned(), selected)
+    return run
+
+
+def test_dstbench_check_skips_unselected_cases_and_flags_an_incomplete_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expect = [{"metric": "density_achieved", "method": "barter", "tolerance": 0.01}]
+    run = _recorded_run(tmp_path, _lines(), AT_01, expect)
+    assert main(["check", str(run)]) == 0
+    output = "".join(capsys.readouterr())
+    assert "PASS  density_achieved barter@0.1" in output and "SKIPPED  density_achieved barter@0.5" in output
+    assert "all 1 expectations passed (1 skipped)" in output and "incomplete" not in output
+
+    lines = [x for x in _lines() if x["method"] != "barter"]
+    run = _recorded_run(tmp_path / "stopped", lines, AT_01, expect)
+    assert main(["check", str(run)]) == 1
+    output = "".join(capsys.readouterr())
+    assert "incomplete run: 3 of 4 cases (1 not run: barter@0.1)" in output
+    assert "FAIL  density_achieved barter@0.1: not run" in output

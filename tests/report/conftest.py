@@ -111,8 +111,9 @@ def hostile_run(root: Path) -> Path:
     for line in lines:
         if line.status == "ok":
             line.top1, line.top5, line.epochs, line.curve = curve[-1]["top1"], curve[-1]["top5"], 3, curve
-    spec = {"name": suite, "reference": "rigl",
-            "methods": ["dense", "rigl", {"name": "barter", "label": f"barter {HOSTILE}", "params": {"note": HOSTILE}}]}
+    spec = {"name": suite, "reference": "rigl", "densities": [0.1, 0.5],
+            "methods": ["dense", "rigl", {"name": "barter", "label": f"barter {HOSTILE}", "params": {"note": HOSTILE}}],
+            "expect": [{"metric": "density_achieved", "method": "*", "tolerance": 0.01}]}
     return write_run(root, "hostile-20260103-000000", lines, suite=spec)
 
 

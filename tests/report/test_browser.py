@@ -74,6 +74,9 @@ def test_report_in_chromium(browser: Any, report_html: Path) -> None:
     # Markup from the suite is shown as text, never run.
     assert page.evaluate("document.querySelectorAll('script').length") == 0
     assert HOSTILE in page.locator("h1").inner_text()
+    # The suite's expectations, each with its verdict; a failed one is marked.
+    verdicts = page.locator("#expectations tbody tr")
+    assert verdicts.count() == 7 and page.locator("#expectations tr.failed").count() == 2
     assert watched.errors == [] and watched.offsite() == []
     assert watched.requests == [report_html.as_uri()]
     watched.context.close()
@@ -87,9 +90,42 @@ def test_report_on_a_phone_and_in_print(browser: Any, report_html: Path) -> None
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     widths = page.evaluate("Array.from(document.images).map(i => i.getBoundingClientRect().width)")
     assert all(0 < w <= 390 for w in widths)
+    # Each plot shows its phone layout, scaled down little enough that its text stays readable.
+    shown = page.evaluate(
+        "Array.from(document.querySelectorAll('figure picture')).map(p => {const i = p.querySelector('img');"
+        " const s = p.querySelector('source'); return [i.currentSrc === s.srcset, i.getBoundingClientRect().width / i.naturalWidth]})"
+    )
+    assert len(shown) >= 7 and all(narrow and scale >= 0.75 for narrow, scale in shown), shown
     page.emulate_media(media="print")
     assert page.locator("ul.toc").is_hidden()
     assert page.locator("#speed table").is_visible()
+    assert watched.errors == [] and watched.offsite() == []
+    watched.context.close()
+
+
+def test_report_is_usable_from_the_keyboard(browser: Any, report_html: Path) -> None:
+    watched = Watched(browser, viewport={"width": 1280, "height": 900})
+    page = watched.page
+    page.goto(report_html.as_uri(), wait_until="load")
+    # Every scroll box is a named region a keyboard can reach, around a captioned table.
+    regions = page.locator("div.scroll")
+    assert regions.count() >= 6
+    for i in range(regions.count()):
+        region = regions.nth(i)
+        assert region.get_attribute("tabindex") == "0" and region.get_attribute("role") == "region"
+        assert region.get_attribute("aria-label")
+        assert region.locator("table > caption").text_content().strip()
+    page.locator("#speed div.scroll").focus()
+    assert page.evaluate("document.activeElement.closest('section').id") == "speed"
+    # Plots describe their numbers to a screen reader.
+    alts = page.evaluate("Array.from(document.images).map(i => i.alt)")
+    assert all(any(ch.isdigit() for ch in alt) for alt in alts), alts
+    # The suite as run is collapsed until asked for, and opens from the keyboard.
+    details = page.locator("#suite details").first
+    assert details.get_attribute("open") is None and page.locator("#suite pre").first.is_hidden()
+    details.locator("summary").focus()
+    page.keyboard.press("Enter")
+    assert details.get_attribute("open") is not None and page.locator("#suite pre").first.is_visible()
     assert watched.errors == [] and watched.offsite() == []
     watched.context.close()
 

@@ -95,3 +95,37 @@ def test_a_run_without_a_readable_line_is_refused(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="unreadable"):
         assert main(["publish", str(run), "--site", str(tmp_path / "site")]) == 2
     assert not (tmp_path / "site").exists()
+
+
+def test_history_colours_each_method_and_marks_each_density(tmp_path: Path) -> None:
+    """Eleven (method, density) series, as in the smoke suite: a colour per method (none shared),
+    a marker per density, and the masked methods' identical memory on one annotated line."""
+    from matplotlib.colors import to_hex
+
+    from dstbench.report.history import _figure, _long
+    from dstbench.report.publish import load_site_run
+    from tests.report.conftest import MIB, ok_line
+
+    def lines(scale: float) -> list:
+        out = [ok_line("h", "dense", "dense", 1.0, [200.0 * scale] * 5, 10, 40 * MIB, 60 * MIB, 0.0)]
+        for density in (0.5, 0.1):
+            for i, method in enumerate(("set", "rigl", "mest", "chase")):
+                out.append(ok_line("h", method, "masked", density, [(100.0 + i) * scale] * 5, 10, 48 * MIB, 60 * MIB, 1.0))
+            out.append(ok_line("h", "barter", "compact", density, [40.0 * scale] * 5, 2, int(density * 40 * MIB), 12 * MIB, 1.0))
+        return out
+
+    runs = [load_site_run(write_run(tmp_path, f"h-2026010{i}-000000", lines(1 + i / 10), created=f"2026-01-0{i}T00:00:00+00:00"))
+            for i in (1, 2)]
+    long = _long(runs)
+    assert long["series"].nunique() == 11
+    plot = _figure(long, runs)
+    memory = plot.figure.axes[2]
+    colors = {to_hex(line.get_color()) for ax in plot.figure.axes for line in ax.get_lines()}
+    assert len(colors) == 6  # one per method
+    legend = {t.get_text(): h for h, t in zip(plot.figure.legends[0].legend_handles, plot.figure.legends[0].get_texts())}
+    assert len({to_hex(legend[m].get_color()) for m in ("dense", "set", "rigl", "mest", "chase", "barter")}) == 6
+    assert legend["density 0.5"].get_marker() != legend["density 0.1"].get_marker()
+    notes = [t.get_text() for t in memory.texts]
+    # Their memory is the same at both densities, in both runs: one line, named once.
+    assert notes == ["set = rigl = mest = chase @ 0.5, 0.1"]
+    assert "memory (MiB), set = rigl = mest = chase @ 0.5, 0.1: 108.0 MiB, 108.0 MiB" in plot.alt
