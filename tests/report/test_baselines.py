@@ -123,8 +123,8 @@ def test_markdown_and_html_headlines(derived: pd.DataFrame, run_dir: Path) -> No
 def test_speedup_plot_draws_the_shape_limit(derived: pd.DataFrame) -> None:
     from dstbench.report.plots import speedup_plot
 
-    figure = speedup_plot(derived)
-    labels = figure.axes[0].get_legend().get_texts()
+    figure = speedup_plot(derived).figure
+    labels = [t for legend in figure.legends for t in legend.get_texts()]
     assert "shape limit" in [t.get_text() for t in labels]
     dotted = [line for line in figure.axes[0].get_lines() if line.get_linestyle() == ":"]
     ys = sorted(float(y) for line in dotted for y in line.get_ydata())
