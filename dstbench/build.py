@@ -106,6 +106,7 @@ def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
         precision=suite.precision,
         batch_size=suite.batch_size,
         mode=suite.mode,
+        execution=case.params.get("execution", "masked") if case.kind == "masked" else None,
     )
 
 

@@ -33,6 +33,8 @@ class CaseResult:
     precision: str | None = None
     batch_size: int | None = None
     mode: str = "speed"
+    # how a masked method's linears compute: masked, csr or semi_structured (None: not masked)
+    execution: str | None = None
     # speed
     segment_steps: int | None = None
     segment_ms: list[float] = dataclasses.field(default_factory=list)
