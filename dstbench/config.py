@@ -363,7 +363,8 @@ class SuiteConfig(Strict):
                     listed = ", ".join(f"{d:g}" for d in allowed_densities)
                     raise ValueError(f"{where}.density: the suite runs no case at {exp.density:g} (densities: {listed})")
                 spec = next((m for m in self.methods if m.key == exp.method), None)
-                if spec is not None and not any(math.isclose(exp.density, d) for d in self.method_densities(spec)):
+                restricted = spec is not None and spec.densities is not None
+                if restricted and not any(math.isclose(exp.density, d) for d in self.method_densities(spec)):
                     listed = ", ".join(f"{d:g}" for d in self.method_densities(spec))
                     raise ValueError(f"{where}.density: {exp.method} runs at {listed} only, not {exp.density:g}")
         return self

@@ -82,7 +82,7 @@ def is_transposable_2to4(mask: torch.Tensor) -> bool:
 def problem(device: str, densities: list[float], precision: str) -> str | None:
     """Why semi_structured cannot run with these settings, or None."""
     if device != "cuda":
-        return f"execution semi_structured runs on CUDA only (2:4 sparse kernels); the device is {device}"
+        return f"execution semi_structured runs on CUDA only (2:4 sparse kernels); the device is {device} (set device: cuda)"
     others = sorted({d for d in densities if abs(d - DENSITY) > 1e-9})
     if others:
         listed = ", ".join(f"{d:g}" for d in others)
