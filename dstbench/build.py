@@ -107,6 +107,7 @@ def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
         fuse_norms=suite.fuse_norms,
         batch_size=suite.batch_size,
         mode=suite.mode,
+        execution=case.params.get("execution", "masked") if case.kind == "masked" else None,
     )
 
 

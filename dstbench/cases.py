@@ -47,7 +47,7 @@ def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: l
         if only and spec.key not in only:
             continue
         info = registry.method_info(spec.name)
-        wanted = [1.0] if info.kind == "dense" else suite.densities
+        wanted = suite.method_densities(spec)  # dense: 1.0; else the method's own or the suite's
         for density in wanted:
             if densities and info.kind != "dense" and density not in densities:
                 continue

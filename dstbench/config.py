@@ -130,6 +130,9 @@ class MethodSpec(Strict):
     name: str
     label: str | None = None  # to run one method twice with different params
     params: dict[str, Any] = {}
+    # Run this method at these of the suite's densities only (default: all of them); e.g. a 2:4
+    # execution, which exists at 0.5 only. Checked in `SuiteConfig._method_densities_in_suite`.
+    densities: list[float] | None = Field(None, min_length=1)
 
     @property
     def key(self) -> str:
@@ -293,6 +296,45 @@ class SuiteConfig(Strict):
             raise ValueError(f"batch_size: mixup and cutmix pair images within a batch; {self.batch_size} is odd")
         return self
 
+    def method_densities(self, spec: MethodSpec) -> list[float]:
+        """The densities `spec` runs at: its own `densities` or else the suite's (dense: 1.0 only)."""
+        if registry.method_info(spec.name).kind == "dense":
+            return [1.0]
+        return list(spec.densities) if spec.densities is not None else list(self.densities)
+
+    @model_validator(mode="after")
+    def _method_densities_in_suite(self) -> "SuiteConfig":
+        for index, spec in enumerate(self.methods):
+            if spec.densities is None:
+                continue
+            where = f"methods.{index}.densities"
+            if registry.method_info(spec.name).kind == "dense":
+                raise ValueError(f"{where}: {spec.name} is dense and runs at 1.0 only; remove the key")
+            if len(set(spec.densities)) != len(spec.densities):
+                raise ValueError(f"{where}: densities listed twice")
+            strays = [d for d in spec.densities if not any(math.isclose(d, s) for s in self.densities)]
+            if strays:
+                listed = ", ".join(f"{d:g}" for d in self.densities)
+                raise ValueError(f"{where}: {', '.join(f'{d:g}' for d in strays)} not among the suite's densities ({listed})")
+        return self
+
+    @model_validator(mode="after")
+    def _executions_fit_suite(self) -> "SuiteConfig":
+        """A masked method's `execution` must be able to run here (semi_structured: CUDA, density
+        0.5, fp16/bf16; csr: not under torchrun), so a run never starts cases that cannot run."""
+        from dstbench.sparse.execution import execution_problem
+
+        for index, spec in enumerate(self.methods):
+            if "execution" not in spec.params:
+                continue
+            problem = execution_problem(
+                spec.params, device=self.device, densities=self.method_densities(spec),
+                precision=self.precision, launcher=self.launcher.name,
+            )
+            if problem:
+                raise ValueError(f"methods.{index}.params.execution: {problem}")
+        return self
+
     @model_validator(mode="after")
     def _reference_is_run(self) -> "SuiteConfig":
         keys = {m.key for m in self.methods}
@@ -327,6 +369,11 @@ class SuiteConfig(Strict):
                 if not any(math.isclose(exp.density, d) for d in allowed_densities):
                     listed = ", ".join(f"{d:g}" for d in allowed_densities)
                     raise ValueError(f"{where}.density: the suite runs no case at {exp.density:g} (densities: {listed})")
+                spec = next((m for m in self.methods if m.key == exp.method), None)
+                restricted = spec is not None and spec.densities is not None
+                if restricted and not any(math.isclose(exp.density, d) for d in self.method_densities(spec)):
+                    listed = ", ".join(f"{d:g}" for d in self.method_densities(spec))
+                    raise ValueError(f"{where}.density: {exp.method} runs at {listed} only, not {exp.density:g}")
         return self
 
     def setup_hash(self) -> str:

@@ -66,8 +66,12 @@ def fusable(norm: nn.Module) -> bool:
     return isinstance(norm, nn.LayerNorm) and len(norm.normalized_shape) == 1 and not getattr(norm, "fast_norm", False)
 
 
-def norm_linear(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Linear) -> torch.Tensor:
-    """`linear(norm(x))`, keeping only `x` for backward."""
+def norm_linear(x: torch.Tensor, norm: nn.LayerNorm, linear: nn.Module) -> torch.Tensor:
+    """`linear(norm(x))`, keeping only `x` for backward. A sparse execution's layer
+    (`dstbench.sparse.execution`) supplies its own fused op with its own kernels."""
+    own = getattr(linear, "norm_linear", None)
+    if own is not None:
+        return own(x, norm)
     return _NormLinear.apply(x, norm.weight, norm.bias, linear.weight, linear.bias, norm.eps)
 
 

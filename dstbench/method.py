@@ -5,6 +5,7 @@ cross-entropy, backward, optimizer step) and the topology updates that fall due.
 behaviour through a few hooks, each run under its profiler phase label, so a third-party method gets
 the same labels without writing profiler code:
 
+    before_forward(step)         e.g. ask for the dense weight gradient of an update step (csr)
     after_backward(step)         statistics from the backward pass (BARTER's importance)
     before_optimizer_step(step)  e.g. mask gradients              [phase: masking]
     after_optimizer_step(step)   e.g. mask weights and state      [phase: masking]
@@ -186,6 +187,9 @@ class Method:
         return {name for name, p in self.model.named_parameters() if p.numel() == 0}
 
     # -- hooks --------------------------------------------------------------------------------------
+    def before_forward(self, step: int) -> None:
+        pass
+
     def after_backward(self, step: int) -> None:
         pass
 
@@ -270,6 +274,7 @@ class Method:
         """One optimizer step; returns the detached loss (no host sync)."""
         step = self.step + 1
         with phases.phase(phases.FORWARD):
+            self.before_forward(step)
             loss = self.forward_loss(inputs, targets)
         with phases.phase(phases.BACKWARD):
             (self.scaler.scale(loss) if self.scaler else loss).backward()

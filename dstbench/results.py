@@ -48,6 +48,8 @@ class CaseResult:
     fuse_norms: bool | None = None  # the suite's harness option, applied to every method alike
     batch_size: int | None = None
     mode: str = "speed"
+    # how a masked method's linears compute: masked, csr or semi_structured (None: not masked)
+    execution: str | None = None
     # speed
     segment_steps: int | None = None
     segment_ms: list[float] = dataclasses.field(default_factory=list)

@@ -59,6 +59,9 @@ class Chase(MaskedMethod):
                 raise ValueError(f"channel_sparsity must be in [0, 1), got {self.channel_sparsity}")
             if not 0.0 <= self.channel_floor <= 1.0:
                 raise ValueError(f"channel_floor must be in [0, 1], got {self.channel_floor}")
+            if self.execution == "semi_structured":
+                # A dead fc1 row or fc2 column would have to hold 2 of every 4 weights.
+                raise ValueError("chase removes whole channels, which 2:4 sparsity cannot hold; use execution masked or csr")
 
     prune = Magnitude()
     grow = GradientGrow()

@@ -48,6 +48,8 @@ class MEST(MaskedMethod):
                 raise ValueError(f"grad_lambda must be >= 0, got {self.grad_lambda}")
             if not 0.0 <= self.ems_extra <= 1.0:
                 raise ValueError(f"ems_extra must be in [0, 1], got {self.ems_extra}")
+            if self.ems and self.execution == "semi_structured":
+                raise ValueError("ems holds more than the target density, which 2:4 sparsity (0.5 exactly) cannot; use execution masked or csr")
 
     grow = RandomGrow()
 

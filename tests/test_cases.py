@@ -27,3 +27,9 @@ def test_labels_and_params_travel_with_the_case() -> None:
     [case] = expand_cases(s)
     assert case == Case("slow", "fault_error", "masked", 0.5, {"message": "x"})
     assert Case.from_dict(case.to_dict()) == case
+
+
+def test_a_method_runs_at_its_own_densities_only() -> None:
+    s = suite(methods=["fault_error", {"name": "fault_error", "label": "half", "densities": [0.5]}], densities=[0.1, 0.5])
+    assert [c.case_id for c in expand_cases(s)] == ["fault_error@0.5", "half@0.5", "fault_error@0.1"]
+    assert [c.case_id for c in expand_cases(s, densities=[0.1])] == ["fault_error@0.1"]

@@ -184,7 +184,7 @@ def test_shipped_speed_suites_run_every_method_and_time_an_update(name: str) -> 
 
     suite = load_suite(Path(__file__).resolve().parents[1] / "suites" / f"{name}.yaml")
     built_in = [n for n in list_methods() if method_info(n).cls.__module__.startswith("dstbench.")]  # not test plugins
-    assert sorted(m.name for m in suite.methods) == sorted(built_in)
+    assert {m.name for m in suite.methods} == set(built_in)  # some twice, under labels (rigl_csr)
     timing = suite.timing
     first_timed, last_timed = timing.warmup_steps + 1, timing.warmup_steps + timing.segments * timing.segment_steps
     for spec in suite.methods:
@@ -196,3 +196,62 @@ def test_shipped_speed_suites_run_every_method_and_time_an_update(name: str) -> 
             delta_t=int(params.delta_t), t_end=float(params.t_end), drop_fraction=0.3, total_steps=timing.schedule_steps
         )
         assert any(first_timed <= step <= last_timed for step in schedule.update_steps()), spec.key
+
+
+def test_a_method_may_run_at_some_of_the_suite_densities() -> None:
+    suite = parse_suite(micro_suite(methods=["rigl", {"name": "rigl", "label": "rigl_csr", "params": {"execution": "csr"}, "densities": [0.1]}],
+                                    densities=[0.1, 0.5]))
+    assert suite.method_densities(suite.methods[1]) == [0.1]
+    assert suite.method_densities(suite.methods[0]) == [0.1, 0.5]
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ({"name": "rigl", "densities": [0.3]}, "0.3 not among the suite's densities"),
+        ({"name": "rigl", "densities": [0.1, 0.1]}, "listed twice"),
+        ({"name": "dense", "densities": [0.1]}, "runs at 1.0 only"),
+    ],
+)
+def test_method_densities_must_be_suite_densities(spec: dict, fragment: str) -> None:
+    [(key, message)] = problems(micro_suite(methods=[spec], densities=[0.1, 0.5]))
+    assert fragment in message and "methods.0.densities" in message
+
+
+def test_expectation_at_a_density_the_method_skips_is_rejected() -> None:
+    methods = ["rigl", {"name": "rigl", "label": "rigl_csr", "params": {"execution": "csr"}, "densities": [0.1]}]
+    expect = [{"metric": "state_ratio", "method": "rigl_csr", "vs": "rigl", "density": 0.5, "max": 0.5}]
+    [(_, message)] = problems(micro_suite(methods=methods, densities=[0.1, 0.5], expect=expect))
+    assert "rigl_csr runs at 0.1 only" in message
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        ({"device": "cpu", "precision": "bf16"}, "CUDA only"),
+        ({"device": "cuda", "precision": "fp32"}, "fp16 or bf16"),
+        ({"device": "cuda", "precision": "bf16", "densities": [0.1, 0.5]}, "density 0.5 exactly"),
+    ],
+)
+def test_semi_structured_is_refused_where_it_cannot_run(overrides: dict, fragment: str) -> None:
+    spec = {"name": "rigl", "params": {"execution": "semi_structured"}}
+    [(_, message)] = problems(micro_suite(methods=[spec], **{"densities": [0.5], **overrides}))
+    assert "methods.0.params.execution" in message and fragment in message
+
+
+def test_semi_structured_restricted_to_half_density_validates() -> None:
+    spec = {"name": "rigl", "params": {"execution": "semi_structured"}, "densities": [0.5]}
+    suite = parse_suite(micro_suite(methods=["rigl", spec | {"label": "rigl_2to4"}], device="cuda", precision="bf16", densities=[0.1, 0.5]))
+    assert suite.method_densities(suite.methods[1]) == [0.5]
+
+
+def test_csr_is_refused_under_torchrun() -> None:
+    spec = {"name": "rigl", "params": {"execution": "csr"}}
+    [(_, message)] = problems(micro_suite(methods=[spec], launcher={"name": "torchrun"}))
+    assert "does not run distributed" in message
+
+
+def test_chase_refuses_semi_structured() -> None:
+    spec = {"name": "chase", "params": {"execution": "semi_structured"}}
+    [(key, message)] = problems(micro_suite(methods=[spec], device="cuda", precision="bf16"))
+    assert key == "methods" and "whole channels" in message

@@ -73,3 +73,18 @@ def test_device_resolution() -> None:
         with pytest.raises(RuntimeError, match="no CUDA device"):
             resolve_device("cuda")
         assert resolve_device("auto").type in ("cpu", "mps")
+
+
+def test_a_csr_case_carries_its_execution_and_counts_what_it_stores() -> None:
+    methods = [{"name": "rigl", "params": {"delta_t": 3}},
+               {"name": "rigl", "label": "rigl_csr", "params": {"delta_t": 3, "execution": "csr"}}]
+    suite = parse_suite(micro_suite(methods=methods, densities=[0.1]))
+    masked, csr = (run_case(CaseTask(suite.model_dump(mode="json"), "s.yaml", case.to_dict(), ".")) for case in expand_cases(suite))
+    assert (masked.execution, csr.execution) == ("masked", "csr")
+    assert csr.status == "ok" and csr.topology_updates == masked.topology_updates > 0
+    assert csr.density_achieved == masked.density_achieved
+    assert csr.method_extras["execution"] == "csr"
+    # Exact counts: a tenth of the prunable weights held, and executed, instead of all of them.
+    assert csr.state_bytes < 0.5 * masked.state_bytes
+    assert csr.flops_per_step < 0.5 * masked.flops_per_step
+    assert csr.activation_bytes == masked.activation_bytes

@@ -34,6 +34,8 @@ MATMUL_OPS = frozenset(
         "aten::_sparse_semi_structured_linear",
         "aten::_sparse_semi_structured_mm",
         "aten::_sparse_semi_structured_addmm",
+        "aten::_cslt_sparse_mm",  # cuSPARSELt 2:4 (execution semi_structured)
+        "aten::sparse_sampled_addmm",  # csr's weight gradient at the active positions
         "aten::_int_mm",
     }
 )

@@ -56,13 +56,33 @@ def ordered(derived: pd.DataFrame) -> pd.DataFrame:
     return keyed.sort_values(["_run", "_density", "_method"], kind="stable").drop(columns=["_run", "_method", "_density"])
 
 
+def _executions_differ(derived: pd.DataFrame) -> bool:
+    """Whether some masked case ran with another execution than `masked` (csr, semi_structured)."""
+    if "execution" not in derived:
+        return False
+    return bool(derived["execution"].map(lambda e: isinstance(e, str) and e != "masked").any())
+
+
+def _execution(r: pd.Series) -> str:
+    """A masked case's execution; for the others their kind (dense, compact)."""
+    execution = r.get("execution")
+    return execution if isinstance(execution, str) else str(r.get("kind", DASH))
+
+
 def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
-    """Leading columns naming a case; `run` only when several runs share the report."""
+    """Leading columns naming a case; `run` only when several runs share the report, `execution`
+    only when a masked method ran with sparse kernels (csr, semi_structured)."""
     several = "run" in derived and derived["run"].nunique() > 1
-    headers = (["run"] if several else []) + ["method", "density", "status"]
+    executions = _executions_differ(derived)
+    headers = (["run"] if several else []) + ["method"] + (["execution"] if executions else []) + ["density", "status"]
 
     def cells(r: pd.Series) -> list[str]:
-        return ([run_label(r["run"])] if several else []) + [str(r["method"]), f"{float(r['density']):g}", str(r["status"])]
+        return (
+            ([run_label(r["run"])] if several else [])
+            + [str(r["method"])]
+            + ([_execution(r)] if executions else [])
+            + [f"{float(r['density']):g}", str(r["status"])]
+        )
 
     return headers, cells
 

@@ -126,7 +126,8 @@ class ChannelPruner:
                     unit=unit,
                     # Chase's floor: int(C * (1 - S_c) * minimum_ratio).
                     floor=int(channels * (1.0 - final_sparsity) * floor_ratio),
-                    keep=torch.ones(channels, dtype=torch.bool, device=layer.weight.device),
+                    # (the layer's first parameter: a csr layer has `values`, not `weight`)
+                    keep=torch.ones(channels, dtype=torch.bool, device=next(layer.parameters()).device),
                 )
             )
         if not self.groups:

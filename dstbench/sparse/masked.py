@@ -14,6 +14,10 @@ extra for the rest of the run.
 Updates whose scorers read gradients are skipped, masks left as they are, when a gradient is not
 finite (an fp16 overflow, a diverged step): one NaN would otherwise decide the topology. They are
 counted in `updates_skipped`.
+
+Execution (`params.execution`, `dstbench.sparse.execution`): `masked` (the default, as above),
+`csr` (only the active weights, sparse kernels) or `semi_structured` (2:4 on CUDA). The backend
+supplies the mask set the update works on, so the update code is the same for all three.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dstbench import phases
 from dstbench.method import Method
 from dstbench.schedule import UpdateSchedule
 from dstbench.sparse.distributions import DISTRIBUTIONS, layer_allotment, target_active
-from dstbench.sparse.masks import MaskSet
+from dstbench.sparse.execution import EXECUTIONS, create_execution
 from dstbench.sparse.scorers import GrowScorer, Magnitude, PruneScorer, RandomGrow, drop_and_grow
 from dstbench.vit import DEFAULT_PRUNABLE, prunable_weights
 
@@ -40,8 +44,11 @@ class MaskedParams:
     t_end: float = 0.75  # end of updates (exclusive): a fraction of total steps (<= 1) or a step
     distribution: str = "erk"  # layer densities: "erk" or "uniform"
     prunable: str = DEFAULT_PRUNABLE  # regex (full match) of the parameter names that are masked
+    execution: str = "masked"  # how the masked linears compute: masked, csr or semi_structured
 
     def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {list(EXECUTIONS)}, got {self.execution!r}")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
         if int(self.delta_t) != self.delta_t or self.delta_t <= 0:
@@ -74,11 +81,15 @@ class MaskedMethod(Method):
         self.schedule: UpdateSchedule = self.build_schedule()
         self.updates_skipped = 0
         weights = self.prunable()
-        self.mask_set = MaskSet(weights, self.optimizer)
+        self.execution = create_execution(self.params.execution)
+        self.mask_set = self.execution.mask_set_class(weights, self.optimizer)
         self.allotment = layer_allotment(
             {name: tuple(w.shape) for name, w in weights.items()}, self.target_density, self.params.distribution
         )
         self.mask_set.init_random(self.allotment, self.generator)
+        self.mask_set, self.allotment = self.execution.install(
+            self.model, self.mask_set, self.allotment, density=self.target_density, precision=self.precision
+        )
 
     def build_schedule(self) -> UpdateSchedule:
         return UpdateSchedule(
@@ -108,6 +119,8 @@ class MaskedMethod(Method):
     def result_extras(self) -> dict[str, Any]:
         extras = {
             "distribution": self.params.distribution,
+            "execution": self.execution.name,
+            "flops_basis": self.execution.flops_basis,
             "updates_scheduled": len(self.schedule.update_steps()),
             "updates_skipped": self.updates_skipped,
             "active_weights": self.mask_set.total_active(),
@@ -134,6 +147,10 @@ class MaskedMethod(Method):
         """Whether the optimizer step of `step` takes the unmasked gradient: an update that follows
         the step and grows by gradient must see the dense gradient, so it stays unmasked then."""
         return self.grow.needs_dense_grad and self.update_due(step)
+
+    def before_forward(self, step: int) -> None:
+        # csr computes the dense weight gradient only on a step whose update grows by it.
+        self.execution.before_forward(self.mask_set, self.takes_dense_grad(step))
 
     def before_optimizer_step(self, step: int) -> None:
         # The one masking op of an ordinary step: with a zero gradient, weight and state at a

@@ -12,7 +12,7 @@ from dstbench.report.sections import Rendered
 from dstbench.report.tables import (
     accuracy_table, failed_table, memory_table, render_table, render_text, speed_table, summary_table,
 )
-from tests.report.conftest import synthetic_lines, write_run
+from tests.report.conftest import MIB, ok_line, synthetic_lines, write_run
 
 
 @pytest.fixture
@@ -82,3 +82,19 @@ def test_text_rendering(derived: pd.DataFrame) -> None:
     # The end-of-run table of `dstbench run` keeps working.
     summary = summary_table(derived, "rigl")
     assert "speedup vs rigl" in summary and "2.50×" in summary
+
+
+def test_an_execution_column_appears_when_a_masked_method_ran_sparse(tmp_path: Path, derived: pd.DataFrame) -> None:
+    assert "execution" not in speed_table(derived).headers  # masked only: nothing to tell apart
+    lines = synthetic_lines()
+    for line in lines:
+        line.execution = "masked" if line.kind == "masked" else None
+    lines.append(ok_line("synthetic", "rigl_csr", "masked", 0.1, [90.0, 92.0, 88.0, 91.0, 89.0], 3_000_000_000,
+                         12 * MIB, 60 * MIB, 30.0, execution="csr"))
+    derived = derive(load_frame([write_run(tmp_path, "csr", lines)]), "rigl")
+    for table in (speed_table(derived), memory_table(derived)):
+        assert table.headers[:2] == ["method", "execution"]
+        cells = {(row[0], row[2]): row[1] for row in table.rows}
+        assert cells[("rigl_csr", "0.1")] == "csr" and cells[("rigl", "0.1")] == "masked"
+        assert cells[("barter", "0.1")] == "compact" and cells[("dense", "1")] == "dense"
+    assert _cells(memory_table(derived), "rigl_csr", "0.1")["state MiB"] == "12.0"
