@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from dstbench.registry import register_method
 from dstbench.schedule import UpdateSchedule
-from dstbench.sparse.distributions import DISTRIBUTIONS
-from dstbench.sparse.masked import MaskedMethod
-from dstbench.vit import DEFAULT_PRUNABLE
+from dstbench.sparse.masked import MaskedMethod, MaskLayoutParams
 
 
 @register_method("static", kind="masked")
@@ -21,14 +17,7 @@ class Static(MaskedMethod):
     is what the topology updates cost and buy.
     """
 
-    @dataclasses.dataclass
-    class Params:
-        distribution: str = "erk"  # layer densities: "erk" or "uniform"
-        prunable: str = DEFAULT_PRUNABLE  # regex (full match) of the parameter names that are masked
-
-        def __post_init__(self) -> None:
-            if self.distribution not in DISTRIBUTIONS:
-                raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
+    Params = MaskLayoutParams
 
     def build_schedule(self) -> UpdateSchedule:
         # t_end 0: no step falls before the end, so no update is ever due.

@@ -37,11 +37,10 @@ from dstbench.vit import DEFAULT_PRUNABLE, prunable_weights
 
 
 @dataclasses.dataclass
-class MaskedParams:
-    """Parameters every masked method shares (defaults: RigL's)."""
+class MaskLayoutParams:
+    """Where the mask sits and how the masked linears compute: what every masked method has,
+    `static` included."""
 
-    delta_t: int = 100  # steps between topology updates
-    t_end: float = 0.75  # end of updates (exclusive): a fraction of total steps (<= 1) or a step
     distribution: str = "erk"  # layer densities: "erk" or "uniform"
     prunable: str = DEFAULT_PRUNABLE  # regex (full match) of the parameter names that are masked
     execution: str = "masked"  # how the masked linears compute: masked, csr or semi_structured
@@ -51,6 +50,17 @@ class MaskedParams:
             raise ValueError(f"execution must be one of {list(EXECUTIONS)}, got {self.execution!r}")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
+
+
+@dataclasses.dataclass
+class MaskedParams(MaskLayoutParams):
+    """Parameters every updating masked method shares (defaults: RigL's)."""
+
+    delta_t: int = 100  # steps between topology updates
+    t_end: float = 0.75  # end of updates (exclusive): a fraction of total steps (<= 1) or a step
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if int(self.delta_t) != self.delta_t or self.delta_t <= 0:
             raise ValueError(f"delta_t must be a positive integer, got {self.delta_t!r}")
         if self.t_end < 0:

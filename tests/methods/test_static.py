@@ -18,7 +18,7 @@ def _static(optimizer: dict = ADAMW, density: float = 0.2, seed: int = 0, **para
 def test_registered_as_masked_with_only_mask_parameters() -> None:
     info = dstbench.method_info("static")
     assert info.kind == "masked"
-    assert info.cls.param_names() == ["distribution", "prunable"]
+    assert info.cls.param_names() == ["distribution", "prunable", "execution"]
     with pytest.raises(TypeError, match="unknown parameter"):
         _static(delta_t=10)
     with pytest.raises(ValueError, match="distribution"):
@@ -56,3 +56,15 @@ def test_an_ordinary_step_masks_only_the_gradient() -> None:
     method.mask_set.enforce = lambda: calls.append("enforce")  # type: ignore[method-assign]
     method.train_segment(micro_batches(), 4)
     assert calls == []
+
+
+def test_csr_execution_trains_as_masked() -> None:
+    # static shares the masked engine's executions: on csr it keeps the same mask and losses.
+    runs = []
+    for execution in ("masked", "csr"):
+        method, batches = _static(execution=execution), micro_batches()
+        losses = [method.train_segment(batches, 1).loss for _ in range(4)]
+        runs.append((losses, method.masks()))
+    (masked_losses, masked_masks), (csr_losses, csr_masks) = runs
+    assert csr_losses == pytest.approx(masked_losses, rel=1e-3)
+    assert all(torch.equal(masked_masks[name], csr_masks[name]) for name in masked_masks)
