@@ -1,7 +1,10 @@
 """Suite files: YAML -> a validated `SuiteConfig`, or a `SuiteError` naming the file, key and what is allowed.
 
-Everything is checked before any case runs: unknown keys, unknown methods or method parameters,
-models that timm cannot build as a ViT, densities outside (0, 1], non-positive counts.
+Everything is checked before any case runs: unknown keys, unknown methods or method parameters
+(types and ranges, in each method's `Params`), models that timm cannot build as a ViT, densities
+outside (0, 1], non-positive counts, labels whose cases would share a file name. Hostile files are
+refused with a one-line `SuiteError` too: invalid UTF-8, YAML whose aliases expand past
+`MAX_YAML_VALUES` values (an alias bomb), nesting too deep, a plugin that raises at import.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from dstbench import registry
+from dstbench.cases import case_id
+from dstbench.fmt import clip, short_repr
+from dstbench.rundir import slug
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 METRICS = (
@@ -189,7 +195,7 @@ class SuiteConfig(Strict):
     name: str
     description: str = ""
     device: Literal["auto", "cuda", "cpu", "mps"] = "auto"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)  # what torch.manual_seed and numpy accept
     plugins: list[str] = []  # modules imported first, so their methods register
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -213,7 +219,9 @@ class SuiteConfig(Strict):
     @classmethod
     def _import_plugins_and_default_reference(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            registry.import_plugins(list(data.get("plugins") or []))
+            plugins = data.get("plugins") or []
+            if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+                registry.import_plugins(plugins)  # anything else: the field's own type error
             methods = data.get("methods")
             if "reference" not in data and isinstance(methods, list) and methods:
                 keys = [m if isinstance(m, str) else (m.get("label") or m.get("name")) for m in methods if isinstance(m, (str, dict))]
@@ -244,7 +252,8 @@ class SuiteConfig(Strict):
             try:
                 info.cls.parse_params(dict(spec.params))
             except (TypeError, ValueError) as exc:
-                raise ValueError(str(exc)) from None
+                where = "" if str(exc).startswith("method ") else f"method {spec.key!r}: "
+                raise ValueError(f"{where}{exc}") from None
         keys = [s.key for s in specs]
         duplicates = sorted({k for k in keys if keys.count(k) > 1})
         if duplicates:
@@ -284,6 +293,24 @@ class SuiteConfig(Strict):
             raise ValueError(f"model.in_chans: is {channels}; {data.name} images feed in_chans {allowed}")
         if (data.augment.mixup > 0 or data.augment.cutmix > 0) and self.batch_size % 2:
             raise ValueError(f"batch_size: mixup and cutmix pair images within a batch; {self.batch_size} is odd")
+        return self
+
+    @model_validator(mode="after")
+    def _case_files_distinct(self) -> "SuiteConfig":
+        """Case ids name files (profiler traces, rank folders) through `slug`: two labels that
+        slug alike (`r/1`, `r-1`; `R`, `r` on a case-insensitive disk) would overwrite each other."""
+        seen: dict[str, str] = {}
+        for spec in self.methods:
+            dense = registry.method_info(spec.name).kind == "dense"
+            for density in [1.0] if dense else self.densities:
+                case = case_id(spec.key, density)
+                name = slug(case, "case").casefold()
+                if name in seen and seen[name] != spec.key:
+                    raise ValueError(
+                        f"methods: labels {seen[name]!r} and {spec.key!r} give their cases the same file name "
+                        f"({slug(case, 'case')!r}); rename one"
+                    )
+                seen[name] = spec.key
         return self
 
     @model_validator(mode="after")
@@ -372,10 +399,11 @@ def _format(error: dict[str, Any]) -> tuple[str, str]:
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
         return key, f"unknown key (allowed: {', '.join(allowed)})"
-    message = error["msg"].removeprefix("Value error, ")
+    message = clip(error["msg"].removeprefix("Value error, "))
     if error["type"] == "literal_error" and "expected" in error.get("ctx", {}):
-        message = f"got {error.get('input')!r}; allowed: {error['ctx']['expected']}"
-    return key, message
+        # A bounded repr: the input may be anything a hostile file holds.
+        message = f"got {short_repr(error.get('input'))}; allowed: {clip(error['ctx']['expected'])}"
+    return clip(key, 200), message
 
 
 def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -> SuiteConfig:
@@ -389,7 +417,75 @@ def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -
         problems = list(dict.fromkeys(_format(e) for e in exc.errors()))
         raise SuiteError(path, problems) from None
     except ImportError as exc:
-        raise SuiteError(path, [("plugins", f"cannot import: {exc}")]) from None
+        raise SuiteError(path, [("plugins", clip(f"cannot import: {exc}"))]) from None
+
+
+# A suite is a few hundred values; YAML aliases let a few hundred bytes expand to billions (each
+# alias is one shared object after loading, but validation and dumping walk every expansion).
+MAX_YAML_VALUES = 100_000
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses documents whose aliases expand past `MAX_YAML_VALUES`
+    values or refer to themselves, counted on the composed node graph before anything is built."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        check_expanded_size(node, MAX_YAML_VALUES)
+        return node
+
+
+def check_expanded_size(root: yaml.Node, limit: int) -> int:
+    """The number of values `root` stands for once every alias is expanded; `yaml.YAMLError` past
+    `limit` or for a recursive alias. Each node is counted once (memoised), so a bomb costs as
+    little as its text."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [part for pair in node.value for part in pair]
+        return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children(node))
+            if sizes[key] > limit:
+                raise yaml.YAMLError(f"its anchors and aliases expand to more than {limit:,} values (an alias bomb?); refused")
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise yaml.YAMLError("an alias refers to the node that contains it (a recursive structure); refused")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data through `BoundedLoader`; `SuiteError` (one line, naming the file) when it
+    cannot be read, is not UTF-8, is not YAML, or is hostile."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SuiteError(str(path), [("", f"cannot read: {exc.strerror}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SuiteError(str(path), [("", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}")]) from None
+    try:
+        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as exc:
+        raise SuiteError(str(path), [("", clip(f"not valid YAML: {exc}"))]) from None
+    except RecursionError:
+        raise SuiteError(str(path), [("", "not valid YAML: nested too deeply")]) from None
 
 
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, check_files: bool | None = None) -> SuiteConfig:
@@ -403,12 +499,7 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, che
     path = Path(path)
     if check_files is None:
         check_files = not is_stored_suite(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SuiteError(str(path), [("", f"cannot read: {exc.strerror}")]) from None
-    except yaml.YAMLError as exc:
-        raise SuiteError(str(path), [("", f"not valid YAML: {exc}")]) from None
+    data = read_yaml(path)
     if overrides and isinstance(data, dict):
         data = {**data, **overrides}
     return parse_suite(data, str(path), check_files=check_files)
