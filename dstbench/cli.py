@@ -1,16 +1,31 @@
-"""The `dstbench` command. Exit codes: 0 fine, 1 a gate failed (expectation, regression), 2 unusable
-input (invalid suite, missing files), 130 interrupted."""
+"""The `dstbench` command. Exit codes (`dstbench.exitcodes`): 0 every case ok and every gate passed,
+1 a gate failed (a failed case, an expectation, a regression), 2 unusable input (invalid suite,
+missing files, a run folder in use), 74 a file could not be written, 128 + N ended by signal N
+(130 Ctrl-C, 143 SIGTERM)."""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from dstbench.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from dstbench.rundir import RESULTS_FILE, RunDirError, require_results
+from dstbench.exitcodes import (
+    EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_IO_ERROR, EXIT_OK, EXIT_USAGE, signal_exit_code,
+)
+from dstbench.fmt import clip
+from dstbench.lifeline import Terminated, terminate_as_interrupt
+from dstbench.rundir import RESULTS_FILE, RunDirError, output_file_problem, require_results
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# `--only` and `--density` of a run: the cases its exit code covers.
+Selection = tuple[list[str] | None, list[float] | None]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -23,8 +38,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def print_run_summary(run_dir: Path, console: Console) -> int:
-    """The end-of-run table and the suite's expectations; 1 if an expectation failed."""
+def failed_cases_message(frame: "pd.DataFrame", case_ids: list[str] | None = None) -> str | None:
+    """"N of M cases failed: ..." for the result lines (of `case_ids` when given) that are not ok,
+    and the selected cases that have no line at all; None when every one is ok."""
+    lines = frame if case_ids is None or frame.empty else frame[frame["case_id"].isin(case_ids)]
+    failed = [] if lines.empty else [f"{c} ({s})" for c, s in zip(lines["case_id"], lines["status"]) if s != "ok"]
+    present = set() if lines.empty else set(lines["case_id"])
+    missing = [f"{c} (no result)" for c in case_ids or () if c not in present]
+    total = len(case_ids) if case_ids is not None else len(lines)
+    if not failed and not missing:
+        return None
+    return clip(f"{len(failed) + len(missing)} of {total} cases failed: {', '.join(failed + missing)}", 1000)
+
+
+def print_run_summary(run_dir: Path, console: Console, selection: Selection | None = None) -> int:
+    """The end-of-run table, the suite's expectations and the failed cases; 1 if an expectation or
+    a case failed. With `selection` (a run's), every selected case must have an ok line; without
+    (`dstbench check`), every line present must be ok."""
+    from dstbench.cases import expand_cases
     from dstbench.gates.expect import check_run, describe
     from dstbench.report.cli import choose_reference
     from dstbench.report.derive import derive, load_frame
@@ -44,11 +75,18 @@ def print_run_summary(run_dir: Path, console: Console) -> int:
         console.print(
             describe(outcome, suite.reference), style=None if outcome.passed else "red", highlight=False, markup=False, soft_wrap=True
         )
+    code = EXIT_OK
     failed = [o for o in outcomes if not o.passed]
     if failed:
         console.print(f"{len(failed)} of {len(outcomes)} expectations failed", style="red")
-        return EXIT_FAILED
-    return EXIT_OK
+        code = EXIT_FAILED
+    case_ids = None if selection is None else [c.case_id for c in expand_cases(suite, *selection)]
+    failed_cases = failed_cases_message(frame, case_ids)
+    if failed_cases:
+        # A run whose cases failed must not pass CI, whatever its expectations said.
+        console.print(failed_cases, style="red", highlight=False, markup=False, soft_wrap=True)
+        code = EXIT_FAILED
+    return code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -57,6 +95,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
     console = Console(stderr=True, soft_wrap=True)
+    # Outputs are checked first: a report that cannot be written must not be found out after the run.
+    problems = [output_file_problem(path, option) for option, path in (("--html", args.html), ("--markdown", args.markdown)) if path]
+    if any(problems):
+        console.print("\n".join(p for p in problems if p), style="red", highlight=False, markup=False)
+        return EXIT_USAGE
     try:
         run_dir = run_suite(
             args.suite, out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
@@ -65,7 +108,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
-    code = print_run_summary(run_dir, console)
+    # The exit code covers the cases this command selected (with --resume: finished earlier too).
+    code = print_run_summary(run_dir, console, (args.only, args.density))
     if (args.html or args.markdown) and (run_dir / RESULTS_FILE).exists():
         # The report of this run, written whatever its gates said: a failed gate is worth reading.
         from dstbench.report.cli import main as report_main
@@ -101,7 +145,10 @@ def _lazy(module: str, function: str = "main"):  # type: ignore[no-untyped-def]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dstbench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="dstbench", description=__doc__.splitlines()[0], epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", help="list registered methods")
@@ -170,11 +217,31 @@ def main(argv: list[str] | None = None) -> int:
     # OMP_WAIT_POLICY is left to the user: passive waiting helps only where processes share the
     # cores, and on a quiet 2-core machine it made the smoke model's steps 30-60% slower (README).
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print("\ninterrupted; finished cases are in the run folder's results.jsonl", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    # SIGTERM (timeout, a cancelled CI job, scancel) and SIGHUP end a command as Ctrl-C does.
+    format_before = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    with terminate_as_interrupt():
+        try:
+            return args.func(args)
+        except KeyboardInterrupt:
+            print("\ninterrupted; finished cases are in the run folder's results.jsonl", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Terminated as exc:
+            print(f"\n{exc}; finished cases are in the run folder's results.jsonl", file=sys.stderr)
+            return signal_exit_code(exc.signum)
+        except OSError as exc:
+            # Disk full, a read-only folder, a path that is a file: one line, not a chained traceback.
+            reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"dstbench: cannot write or read {where}{reason}", file=sys.stderr)
+            return EXIT_IO_ERROR
+        finally:
+            warnings.formatwarning = format_before
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    """A warning as one clipped line (the default adds the file, line and source of the call)."""
+    return f"warning: {clip(message, 2000)}\n"
 
 
 if __name__ == "__main__":

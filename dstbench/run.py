@@ -3,6 +3,10 @@
 A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, defaults filled in),
 `run.json` (when, where, which commit) and `results.jsonl` (one line per finished case). `--resume`
 runs the cases that have no line yet, and only with the settings the finished ones ran with.
+
+One process writes a run folder at a time (`RunLock`). A run ended by Ctrl-C or SIGTERM keeps its
+finished lines; the cases it was running get no line (so `--resume` runs them) and are recorded in
+`run.json`'s `interruptions`.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from dstbench.cases import Case, expand_cases
 from dstbench.config import SuiteConfig, SuiteError, load_suite
 from dstbench.env import git_state
-from dstbench.fmt import last_line
+from dstbench.fmt import clip, last_line
 from dstbench.launchers import make_launcher
 from dstbench.results import CaseResult, append_result, iter_results
-from dstbench.rundir import RUN_FILE, SUITE_FILE, load_run_meta, slug
+from dstbench.lifeline import Terminated
+from dstbench.rundir import RUN_FILE, SUITE_FILE, RunDirError, RunLock, load_run_meta, make_unique_dir, slug, write_atomic
 from dstbench.build import CaseTask
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
@@ -34,14 +39,7 @@ RESUME_MAY_CHANGE = ("description", "expect", "reference")
 
 def new_run_dir(out: Path, suite: SuiteConfig) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = f"{slug(suite.name, 'suite')}-{stamp}"
-    run_dir = out / base
-    suffix = 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = out / f"{base}-{suffix}"
-    run_dir.mkdir(parents=True)
-    return run_dir
+    return make_unique_dir(out, f"{slug(suite.name, 'suite')}-{stamp}")
 
 
 def latest_run_dir(out: Path, suite: SuiteConfig) -> Path | None:
@@ -55,9 +53,10 @@ def latest_run_dir(out: Path, suite: SuiteConfig) -> Path | None:
 
 
 def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None:
-    (run_dir / SUITE_FILE).write_text(
+    write_atomic(
+        run_dir / SUITE_FILE,
         f"# {suite_path} as validated by dstbench, every default filled in\n"
-        + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False)
+        + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False),
     )
 
 
@@ -70,7 +69,16 @@ def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path) -> None
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **git_state(),
     }
-    (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+
+
+def record_interruption(run_dir: Path, unfinished: list[str], reason: BaseException) -> None:
+    """Add to `run.json` that the run was stopped (by what, when) while `unfinished` had no line."""
+    meta = load_run_meta(run_dir)
+    by = "SIGINT" if isinstance(reason, KeyboardInterrupt) else str(reason).removeprefix("terminated by ")
+    entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by, "unfinished": unfinished}
+    meta["interruptions"] = [*meta.get("interruptions", []), entry]
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
 
 
 _ABSENT = object()
@@ -105,16 +113,29 @@ def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     return conflicts
 
 
-def resolve_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str | None) -> Path:
-    """A new run folder, or with `resume` the one to continue (checked against the current suite)."""
+def resolve_run_dir(
+    out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str | None, lock: RunLock | None = None
+) -> Path:
+    """A new run folder, or with `resume` the one to continue (checked against the current suite).
+
+    With `lock`, the folder is locked (`RunLock.acquire` on it; `RunDirError` when another run
+    writes it) before anything in it is written or read.
+    """
     if not resume:
         run_dir = new_run_dir(out, suite)
+        if lock is not None:
+            lock.acquire(run_dir)
         write_run_files(run_dir, suite, suite_path)
         return run_dir
     run_dir = Path(resume) if isinstance(resume, str) else latest_run_dir(out, suite)
     if run_dir is None or not (run_dir / RUN_FILE).exists() or not (run_dir / SUITE_FILE).exists():
         where = run_dir if run_dir is not None else f"{out} (no run of suite {suite.name!r} with these settings)"
         raise SuiteError(str(suite_path), [("--resume", f"nothing to resume in {where}")])
+    if lock is not None:
+        try:
+            lock.acquire(run_dir)
+        except RunDirError as exc:  # another run writes this folder: two would run every missing case
+            raise SuiteError(str(suite_path), [("--resume", str(exc))]) from None
     stored = load_suite(run_dir / SUITE_FILE)
     conflicts = resume_conflicts(stored, suite)
     if conflicts:
@@ -134,7 +155,8 @@ def resolve_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: boo
 
 def _status_line(result: CaseResult) -> str:
     if result.status != "ok":
-        return f"[red]{result.status}[/red] {escape(last_line(result.error))}"
+        # Clipped: the full error stays in the result line, and rich renders a long line slowly.
+        return f"[red]{result.status}[/red] {escape(clip(last_line(result.error), 300))}"
     parts = []
     if result.median_ms is not None:
         parts.append(f"median {result.median_ms:.1f} ms/segment")
@@ -212,9 +234,34 @@ def run_suite(
     cases = expand_cases(suite, only, densities)
     if not cases:
         raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
-    run_dir = resolve_run_dir(Path(out), suite, suite_path, resume)
-    done = {line.get("case_id") for line in iter_results(run_dir)}
-    todo = [case for case in cases if case.case_id not in done]
-    console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
-    run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+    out = Path(out)
+    blocking = next((p for p in (out, *out.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise SuiteError(str(suite_path), [("--out", f"{blocking} is a file, not a folder for run folders")])
+    lock = RunLock()
+    try:
+        run_dir = resolve_run_dir(out, suite, suite_path, resume, lock)
+        done = {line.get("case_id") for line in iter_results(run_dir)}
+        todo = [case for case in cases if case.case_id not in done]
+        console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
+        try:
+            run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+        except (KeyboardInterrupt, Terminated) as stop:
+            # The cases without a line were running or not started: none is half-recorded, and
+            # `--resume` runs them. Which were left is noted in run.json and said here.
+            finished = {line.get("case_id") for line in iter_results(run_dir)}
+            unfinished = [case.case_id for case in todo if case.case_id not in finished]
+            try:
+                record_interruption(run_dir, unfinished, stop)
+            except OSError:
+                pass  # a full disk must not hide why the run stopped; the message below says it
+            console.print(
+                f"stopped ({'Ctrl-C' if isinstance(stop, KeyboardInterrupt) else stop}): {len(cases) - len(unfinished)} of "
+                f"{len(cases)} cases have a line in {run_dir / 'results.jsonl'}; not run: {clip(', '.join(unfinished), 300)}. "
+                f"Run them with: dstbench run {suite_path} --resume {run_dir}",
+                highlight=False, markup=False,
+            )
+            raise
+    finally:
+        lock.release()
     return run_dir
