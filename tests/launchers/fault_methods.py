@@ -48,18 +48,24 @@ class FaultCrash(Method):
 
 @register_method("fault_hang", kind="masked")
 class FaultHang(Method):
-    """Hangs in its segment: forever, or while the file named by `DSTBENCH_FAULT_HANG_FILE` exists
-    (then it trains as dense does, so a resumed run can finish the same suite). With
-    `DSTBENCH_FAULT_PID_FILE` it first writes "pid ppid" there, so a test can watch its process."""
+    """Hangs in its segment: forever, or while the file named by `hang_file` (default: the
+    environment's `DSTBENCH_FAULT_HANG_FILE`) exists; then it trains as dense does, so a resumed run
+    can finish the same suite. With `pid_file` (or `DSTBENCH_FAULT_PID_FILE`) it first writes
+    "pid ppid" there, so a test can watch its process."""
+
+    @dataclasses.dataclass
+    class Params:
+        hang_file: str = ""
+        pid_file: str = ""
 
     def train_segment(self, batches: Any, steps: int) -> Any:
-        pid_file = os.environ.get("DSTBENCH_FAULT_PID_FILE")
+        pid_file = self.params.pid_file or os.environ.get("DSTBENCH_FAULT_PID_FILE")
         if pid_file and not os.path.exists(pid_file):
             tmp = f"{pid_file}.tmp"
             with open(tmp, "w") as handle:
                 handle.write(f"{os.getpid()} {os.getppid()}\n")
             os.replace(tmp, pid_file)
-        hang_file = os.environ.get("DSTBENCH_FAULT_HANG_FILE")
+        hang_file = self.params.hang_file or os.environ.get("DSTBENCH_FAULT_HANG_FILE")
         if hang_file is None:
             time.sleep(3600)
         while os.path.exists(hang_file):
