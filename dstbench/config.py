@@ -3,8 +3,8 @@
 Everything is checked before any case runs: unknown keys, unknown methods or method parameters
 (types and ranges, in each method's `Params`), models that timm cannot build as a ViT, densities
 outside (0, 1], non-positive counts, labels whose cases would share a file name. Hostile files are
-refused with a one-line `SuiteError` too: invalid UTF-8, YAML whose aliases expand past
-`MAX_YAML_VALUES` values (an alias bomb), nesting too deep, a plugin that raises at import.
+refused with a one-line `SuiteError` too: invalid UTF-8, YAML aliases that expand too far (an alias
+bomb, see `dstbench.safeyaml`), nesting too deep, a plugin that raises at import.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dstbench import registry
 from dstbench.cases import case_id
 from dstbench.fmt import clip, short_repr
 from dstbench.rundir import slug
+from dstbench.safeyaml import decode_utf8, load_bounded
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 METRICS = (
@@ -420,72 +421,20 @@ def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -
         raise SuiteError(path, [("plugins", clip(f"cannot import: {exc}"))]) from None
 
 
-# A suite is a few hundred values; YAML aliases let a few hundred bytes expand to billions (each
-# alias is one shared object after loading, but validation and dumping walk every expansion).
-MAX_YAML_VALUES = 100_000
-
-
-class BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses documents whose aliases expand past `MAX_YAML_VALUES`
-    values or refer to themselves, counted on the composed node graph before anything is built."""
-
-    def compose_document(self) -> Any:
-        node = super().compose_document()
-        check_expanded_size(node, MAX_YAML_VALUES)
-        return node
-
-
-def check_expanded_size(root: yaml.Node, limit: int) -> int:
-    """The number of values `root` stands for once every alias is expanded; `yaml.YAMLError` past
-    `limit` or for a recursive alias. Each node is counted once (memoised), so a bomb costs as
-    little as its text."""
-    sizes: dict[int, int] = {}
-    on_path: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-
-    def children(node: yaml.Node) -> list[yaml.Node]:
-        if isinstance(node, yaml.MappingNode):
-            return [part for pair in node.value for part in pair]
-        return list(node.value) if isinstance(node, yaml.SequenceNode) else []
-
-    while stack:
-        node, finished = stack.pop()
-        key = id(node)
-        if finished:
-            on_path.discard(key)
-            sizes[key] = 1 + sum(sizes[id(c)] for c in children(node))
-            if sizes[key] > limit:
-                raise yaml.YAMLError(f"its anchors and aliases expand to more than {limit:,} values (an alias bomb?); refused")
-            continue
-        if key in sizes:
-            continue
-        if key in on_path:
-            raise yaml.YAMLError("an alias refers to the node that contains it (a recursive structure); refused")
-        on_path.add(key)
-        stack.append((node, True))
-        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
-    return sizes[id(root)]
-
-
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file's data through `BoundedLoader`; `SuiteError` (one line, naming the file) when it
-    cannot be read, is not UTF-8, is not YAML, or is hostile."""
+    """A YAML file's data, read through `safeyaml.load_bounded`; `SuiteError` (one line, naming the
+    file) when it cannot be read, is not UTF-8, is not YAML, or is hostile."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise SuiteError(str(path), [("", f"cannot read: {exc.strerror}")]) from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise SuiteError(str(path), [("", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}")]) from None
-    try:
-        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
+        return load_bounded(decode_utf8(raw))
+    except UnicodeError as exc:
+        raise SuiteError(str(path), [("", str(exc))]) from None
     except yaml.YAMLError as exc:
         raise SuiteError(str(path), [("", clip(f"not valid YAML: {exc}"))]) from None
-    except RecursionError:
-        raise SuiteError(str(path), [("", "not valid YAML: nested too deeply")]) from None
 
 
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, check_files: bool | None = None) -> SuiteConfig:

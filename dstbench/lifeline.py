@@ -35,6 +35,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 from typing import Iterator
 
 OWNER_ENV = "DSTBENCH_LIFELINE_OWNER"
@@ -44,7 +45,7 @@ EXIT_PARENT_GONE = 129  # as if hung up on: 128 + SIGHUP
 TERMINATING_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
 
 
-def _set_parent_death_signal(signum: int = signal.SIGKILL) -> bool:
+def _set_parent_death_signal(signum: int = getattr(signal, "SIGKILL", 9)) -> bool:
     """Ask Linux to send `signum` to this process when its parent exits; False where it cannot."""
     if not sys.platform.startswith("linux"):
         return False
@@ -80,7 +81,7 @@ def _watch(parent: int) -> None:
     while True:
         if os.getppid() != parent:
             os._exit(EXIT_PARENT_GONE)
-        threading.Event().wait(WATCHDOG_INTERVAL_S)
+        time.sleep(WATCHDOG_INTERVAL_S)
 
 
 def bind_to_parent(*, watchdog: bool = True) -> None:

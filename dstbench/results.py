@@ -183,17 +183,19 @@ def append_result(run_dir: Path, result: CaseResult) -> None:
     data = (prefix + line + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        size = os.fstat(fd).st_size
+        size, written = os.fstat(fd).st_size, 0
         try:
-            written = 0
             while written < len(data):
                 written += os.write(fd, data[written:])
             os.fsync(fd)
-        except BaseException as exc:  # a full disk, or Ctrl-C/SIGTERM between two writes: all or nothing
-            try:
-                os.ftruncate(fd, size)
-            except OSError:
-                pass  # the reader skips a torn line
+        except BaseException as exc:
+            # All or nothing: a full disk (also at fsync) undoes the line, and so does Ctrl-C or
+            # SIGTERM between two partial writes; one arriving after the whole line keeps it.
+            if isinstance(exc, OSError) or written < len(data):
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # the reader skips a torn line
             if isinstance(exc, OSError):
                 raise OSError(exc.errno, exc.strerror, str(path)) from None
             raise

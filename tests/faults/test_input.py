@@ -10,7 +10,8 @@ import yaml
 
 from dstbench.cases import expand_cases
 from dstbench.cli import main
-from dstbench.config import MAX_YAML_VALUES, parse_suite
+from dstbench.config import parse_suite
+from dstbench.safeyaml import MAX_YAML_VALUES
 from tests.conftest import micro_suite
 
 
