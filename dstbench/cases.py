@@ -11,9 +11,17 @@ if TYPE_CHECKING:  # importing config builds a model on first import: keep `case
     from dstbench.config import SuiteConfig
 
 
+def density_text(density: float) -> str:
+    """A density exactly as it is: the shortest text that reads back as the same float, without a
+    trailing ".0" (0.1 -> "0.1", 1.0 -> "1", 0.5000001 -> "0.5000001"), so that distinct densities
+    never share a case id (`:g` printed 0.5 and 0.5000001 both as "0.5")."""
+    text = repr(float(density))
+    return text[:-2] if text.endswith(".0") else text
+
+
 def case_id(method: str, density: float) -> str:
     """How a case is named everywhere (result lines, gates, reports): `label@density`, e.g. `rigl@0.1`."""
-    return f"{method}@{float(density):g}"
+    return f"{method}@{density_text(density)}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,32 +1,39 @@
 """The `dstbench` command: argument definitions, and the commands that live here (list, run, check).
-The others (report, publish, compare, export, profile) load their module when called."""
+The others (report, publish, compare, export, profile) load their module when called. Exit codes:
+`dstbench.exitcodes` (0 every case ok and every gate passed, 1 a gate or a case failed, 2 unusable
+input, 74 a file could not be written, 128 + N ended by signal N)."""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import inspect
 import sys
 import textwrap
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from dstbench.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from dstbench.rundir import RESULTS_FILE, RunDirError, require_results
+from dstbench.exitcodes import (
+    EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_IO_ERROR, EXIT_OK, EXIT_USAGE, signal_exit_code,
+)
+from dstbench.fmt import clip
+from dstbench.lifeline import Terminated, terminate_as_interrupt
+from dstbench.rundir import RESULTS_FILE, RunDirError, output_file_problem, require_results
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# `--only` and `--density` of a run: the cases its exit code covers.
+Selection = tuple[list[str] | None, list[float] | None]
 
 DESCRIPTION = """\
 Benchmark and profile dynamic sparse training (DST) of Vision Transformers: does a method make
 training faster and smaller on real hardware, and what does it cost in accuracy? `run` a suite (a
 YAML file of methods and densities), then read its run folder with `report`, `check`, `compare`,
 `publish` or `export`."""
-
-EXIT_CODES = """exit codes:
-  0    fine
-  1    a gate failed: an expectation, a regression, a failed or unprofiled case
-  2    unusable input: an invalid suite, a missing run folder or file, incomparable runs;
-       nothing is written
-  130  interrupted; finished cases are kept"""
 
 
 def _yaml(value: Any) -> str:
@@ -68,9 +75,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def print_run_summary(run_dir: Path, console: Console) -> int:
-    """The end-of-run table, the run's coverage when it is incomplete, and the suite's
-    expectations; 1 if an expectation failed."""
+def failed_cases_message(frame: "pd.DataFrame", case_ids: list[str] | None = None) -> str | None:
+    """"N of M cases failed: ..." for the result lines (of `case_ids` when given) that are not ok,
+    and the selected cases that have no line at all; None when every one is ok."""
+    lines = frame if case_ids is None or frame.empty else frame[frame["case_id"].isin(case_ids)]
+    failed = [] if lines.empty else [f"{c} ({s})" for c, s in zip(lines["case_id"], lines["status"]) if s != "ok"]
+    present = set() if lines.empty else set(lines["case_id"])
+    missing = [f"{c} (no result)" for c in case_ids or () if c not in present]
+    total = len(case_ids) if case_ids is not None else len(lines)
+    if not failed and not missing:
+        return None
+    return clip(f"{len(failed) + len(missing)} of {total} cases failed: {', '.join(failed + missing)}", 1000)
+
+
+def print_run_summary(run_dir: Path, console: Console, selection: Selection | None = None) -> int:
+    """The end-of-run table, the suite's expectations and the failed cases; 1 if an expectation or
+    a case failed. With `selection` (a run's), every selected case must have an ok line; without
+    (`dstbench check`), every line present must be ok."""
+    from dstbench.cases import expand_cases
     from dstbench.coverage import run_coverage
     from dstbench.gates.expect import check_run, describe, summary
     from dstbench.report.cli import choose_reference
@@ -95,12 +117,19 @@ def print_run_summary(run_dir: Path, console: Console) -> int:
         console.print(
             describe(outcome, suite.reference), style=styles[outcome.verdict], highlight=False, markup=False, soft_wrap=True
         )
+    code = EXIT_OK
     if outcomes:
         failed = any(o.failed for o in outcomes)
         console.print(summary(outcomes), style="red" if failed else None, highlight=False)
         if failed:
-            return EXIT_FAILED
-    return EXIT_OK
+            code = EXIT_FAILED
+    case_ids = None if selection is None else [c.case_id for c in expand_cases(suite, *selection)]
+    failed_cases = failed_cases_message(frame, case_ids)
+    if failed_cases:
+        # A run whose cases failed must not pass CI, whatever its expectations said.
+        console.print(failed_cases, style="red", highlight=False, markup=False, soft_wrap=True)
+        code = EXIT_FAILED
+    return code
 
 
 def _assignments(values: list[str] | None) -> dict[str, Any]:
@@ -154,6 +183,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
     console = Console(stderr=True, soft_wrap=True)
+    # Outputs are checked first: a report that cannot be written must not be found out after the run.
+    problems = [output_file_problem(path, option) for option, path in (("--html", args.html), ("--markdown", args.markdown)) if path]
+    if any(problems):
+        console.print("\n".join(p for p in problems if p), style="red", highlight=False, markup=False)
+        return EXIT_USAGE
     try:
         overrides = _assignments(args.set)
     except ValueError as exc:  # a malformed --set
@@ -169,7 +203,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
-    code = print_run_summary(run_dir, console)
+    # The exit code covers the cases this command selected (with --resume: finished earlier too).
+    code = print_run_summary(run_dir, console, (args.only, args.density))
     if (args.html or args.markdown) and (run_dir / RESULTS_FILE).exists():
         # The report of this run, written whatever its gates said: a failed gate is worth reading.
         from dstbench.report.cli import main as report_main
@@ -236,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dstbench import __version__
 
     parser = argparse.ArgumentParser(
-        prog="dstbench", description=DESCRIPTION, epilog=EXIT_CODES + "\n\nRun `dstbench COMMAND --help` for a command's options.",
+        prog="dstbench", description=DESCRIPTION, epilog=EXIT_CODES_HELP + "\n\nRun `dstbench COMMAND --help` for a command's options.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dstbench {__version__}")
@@ -245,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, description: str | None = None) -> argparse.ArgumentParser:
         text = description or help_text[0].upper() + help_text[1:] + "."
         return sub.add_parser(name, help=help_text, description=textwrap.fill(text, 100), formatter_class=HelpFormatter,
-                              epilog=EXIT_CODES)
+                              epilog=EXIT_CODES_HELP)
 
     p = command("list", "list registered methods with their kind, description and parameters")
     p.add_argument("method", nargs="?", metavar="METHOD", help="show one method's documentation and what each parameter does")
@@ -310,11 +345,31 @@ def main(argv: list[str] | None = None) -> int:
     # OMP_WAIT_POLICY is left to the user: passive waiting helps only where processes share the
     # cores, and on a quiet 2-core machine it made the smoke model's steps 30-60% slower (README).
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print("\ninterrupted; finished cases are in the run folder's results.jsonl", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    # SIGTERM (timeout, a cancelled CI job, scancel) and SIGHUP end a command as Ctrl-C does.
+    format_before = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    with terminate_as_interrupt():
+        try:
+            return args.func(args)
+        except KeyboardInterrupt:
+            print("\ninterrupted; finished cases are in the run folder's results.jsonl", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Terminated as exc:
+            print(f"\n{exc}; finished cases are in the run folder's results.jsonl", file=sys.stderr)
+            return signal_exit_code(exc.signum)
+        except OSError as exc:
+            # Disk full, a read-only folder, a path that is a file: one line, not a chained traceback.
+            reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"dstbench: cannot write or read {where}{reason}", file=sys.stderr)
+            return EXIT_IO_ERROR
+        finally:
+            warnings.formatwarning = format_before
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    """A warning as one clipped line (the default adds the file, line and source of the call)."""
+    return f"warning: {clip(message, 2000)}\n"
 
 
 if __name__ == "__main__":

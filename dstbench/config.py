@@ -1,7 +1,10 @@
 """Suite files: YAML -> a validated `SuiteConfig`, or a `SuiteError` naming the file, key and what is allowed.
 
-Everything is checked before any case runs: unknown keys, unknown methods or method parameters,
-models that timm cannot build as a ViT, densities outside (0, 1], non-positive counts.
+Everything is checked before any case runs: unknown keys, unknown methods or method parameters
+(types and ranges, in each method's `Params`), models that timm cannot build as a ViT, densities
+outside (0, 1], non-positive counts, labels whose cases would share a file name. Hostile files are
+refused with a one-line `SuiteError` too: invalid UTF-8, YAML aliases that expand too far (an alias
+bomb, see `dstbench.safeyaml`), nesting too deep, a plugin that raises at import.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from dstbench import registry
+from dstbench.cases import case_id
+from dstbench.fmt import clip, short_repr
+from dstbench.rundir import slug
+from dstbench.safeyaml import decode_utf8, load_bounded
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 METRICS = (
@@ -192,7 +199,7 @@ class SuiteConfig(Strict):
     name: str
     description: str = ""
     device: Literal["auto", "cuda", "cpu", "mps"] = "auto"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)  # what torch.manual_seed and numpy accept
     plugins: list[str] = []  # modules imported first, so their methods register
     # Factories, not instances: building the default model (torch, timm) waits for a suite that
     # needs it, so importing this module stays light (reports read expectations through it).
@@ -218,7 +225,9 @@ class SuiteConfig(Strict):
     @classmethod
     def _import_plugins_and_default_reference(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            registry.import_plugins(list(data.get("plugins") or []))
+            plugins = data.get("plugins") or []
+            if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+                registry.import_plugins(plugins)  # anything else: the field's own type error
             methods = data.get("methods")
             if "reference" not in data and isinstance(methods, list) and methods:
                 keys = [m if isinstance(m, str) else (m.get("label") or m.get("name")) for m in methods if isinstance(m, (str, dict))]
@@ -249,7 +258,8 @@ class SuiteConfig(Strict):
             try:
                 info.cls.parse_params(dict(spec.params))
             except (TypeError, ValueError) as exc:
-                raise ValueError(str(exc)) from None
+                where = "" if str(exc).startswith("method ") else f"method {spec.key!r}: "
+                raise ValueError(f"{where}{exc}") from None
         keys = [s.key for s in specs]
         duplicates = sorted({k for k in keys if keys.count(k) > 1})
         if duplicates:
@@ -333,6 +343,24 @@ class SuiteConfig(Strict):
             )
             if problem:
                 raise ValueError(f"methods.{index}.params.execution: {problem}")
+        return self
+
+    @model_validator(mode="after")
+    def _case_files_distinct(self) -> "SuiteConfig":
+        """Case ids name files (profiler traces, rank folders) through `slug`: two labels that
+        slug alike (`r/1`, `r-1`; `R`, `r` on a case-insensitive disk) would overwrite each other."""
+        seen: dict[str, str] = {}
+        for spec in self.methods:
+            dense = registry.method_info(spec.name).kind == "dense"
+            for density in [1.0] if dense else self.densities:
+                case = case_id(spec.key, density)
+                name = slug(case, "case").casefold()
+                if name in seen and seen[name] != spec.key:
+                    raise ValueError(
+                        f"methods: labels {seen[name]!r} and {spec.key!r} give their cases the same file name "
+                        f"({slug(case, 'case')!r}); rename one"
+                    )
+                seen[name] = spec.key
         return self
 
     @model_validator(mode="after")
@@ -426,10 +454,11 @@ def _format(error: dict[str, Any]) -> tuple[str, str]:
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
         return key, f"unknown key (allowed: {', '.join(allowed)})"
-    message = error["msg"].removeprefix("Value error, ")
+    message = clip(error["msg"].removeprefix("Value error, "))
     if error["type"] == "literal_error" and "expected" in error.get("ctx", {}):
-        message = f"got {error.get('input')!r}; allowed: {error['ctx']['expected']}"
-    return key, message
+        # A bounded repr: the input may be anything a hostile file holds.
+        message = f"got {short_repr(error.get('input'))}; allowed: {clip(error['ctx']['expected'])}"
+    return clip(key, 200), message
 
 
 def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -> SuiteConfig:
@@ -443,7 +472,23 @@ def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -
         problems = list(dict.fromkeys(_format(e) for e in exc.errors()))
         raise SuiteError(path, problems) from None
     except ImportError as exc:
-        raise SuiteError(path, [("plugins", f"cannot import: {exc}")]) from None
+        raise SuiteError(path, [("plugins", clip(f"cannot import: {exc}"))]) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data, read through `safeyaml.load_bounded`; `SuiteError` (one line, naming the
+    file) when it cannot be read, is not UTF-8, is not YAML, or is hostile."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SuiteError(str(path), [("", f"cannot read: {exc.strerror}")]) from None
+    try:
+        return load_bounded(decode_utf8(raw))
+    except UnicodeError as exc:
+        raise SuiteError(str(path), [("", str(exc))]) from None
+    except yaml.YAMLError as exc:
+        raise SuiteError(str(path), [("", clip(f"not valid YAML: {exc}"))]) from None
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -511,12 +556,7 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, che
     path = Path(path)
     if check_files is None:
         check_files = not is_stored_suite(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SuiteError(str(path), [("", f"cannot read: {exc.strerror}")]) from None
-    except yaml.YAMLError as exc:
-        raise SuiteError(str(path), [("", f"not valid YAML: {exc}")]) from None
+    data = read_yaml(path)
     if overrides and isinstance(data, dict):
         data = apply_overrides(data, overrides, str(path))
     try:

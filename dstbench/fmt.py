@@ -59,7 +59,42 @@ def human_bytes(value: Any, *, missing_text: str = "n/a") -> str:
     return f"{n:.1f} GiB"
 
 
+NOT_APPLICABLE = "n/a"  # what a table shows for a figure one sample cannot give (an IQR, an interval)
+
+
+def ci_text(low: Any, high: Any, *, level: str = "95%", digits: int = 2) -> str:
+    """ "95% CI [1.10, 1.32]", or "95% CI n/a" where there is no interval (one segment per case:
+    a bootstrap of one sample would print a zero-width interval, claiming a certainty it lacks)."""
+    if missing(low) or missing(high):
+        return f"{level} CI {NOT_APPLICABLE}"
+    return f"{level} CI [{float(low):.{digits}f}, {float(high):.{digits}f}]"
+
+
 def last_line(text: Any, default: str = "") -> str:
     """The last non-blank line of an error: for a traceback, the exception and its message."""
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
     return lines[-1] if lines else default
+
+
+# What an error message or a terminal line may quote: rich renders a line in time quadratic in its
+# length (a 20 MB error line stalled a run for minutes), and a repr of hostile input can be huge.
+CLIP_CHARS = 500
+
+
+def clip(text: Any, limit: int = CLIP_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how long it was: "abc… (20,000,000 characters)"."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A bounded repr of a value from a user's file: nested structures are cut at each level (so an
+    enormous list costs no more than a small one), and the result is clipped to `limit`."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, limit, limit
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
+    return clip(short.repr(value), limit)

@@ -33,14 +33,17 @@ import copy
 import dataclasses
 import math
 import time
+import types
+import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Union
 
 import torch
 import torch.nn.functional as F
 
 from dstbench import distributed, phases
+from dstbench.fmt import short_repr
 from dstbench.fused import fuse_block_norms
 from dstbench.optim import build_optimizer
 from dstbench.schedule import UpdateSchedule
@@ -67,6 +70,34 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def param_fits(value: Any, hint: Any) -> bool:
+    """Whether a suite value fits a `Params` field's annotation: bools are not numbers, an `int`
+    field takes an integral float (YAML's `1.0e3`), a `float` field any finite number."""
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return any(param_fits(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if hint is int:
+        return isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if hint is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    origin = typing.get_origin(hint) or hint
+    return isinstance(value, origin) if isinstance(origin, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
+    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", type(None): "null"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 class Method:
@@ -142,10 +173,22 @@ class Method:
 
     @classmethod
     def parse_params(cls, params: dict[str, Any]) -> Any:
+        """The method's `Params` from a suite's `params`: unknown names and values of the wrong type
+        (by the field's annotation) raise TypeError here, out-of-range values ValueError in the
+        `Params`' own `__post_init__`, so a suite is refused before anything runs."""
         unknown = sorted(set(params) - set(cls.param_names()))
         if unknown:
             allowed = ", ".join(cls.param_names()) or "none"
             raise TypeError(f"method {cls.name!r}: unknown parameter(s) {unknown} (allowed: {allowed})")
+        try:
+            hints = typing.get_type_hints(cls.Params)
+        except Exception:  # a plugin's annotation that does not resolve: its __post_init__ checks
+            hints = {}
+        for name, value in params.items():
+            if name in hints and not param_fits(value, hints[name]):
+                raise TypeError(
+                    f"method {cls.name!r}: parameter {name} must be {_type_name(hints[name])}, got {short_repr(value)}"
+                )
         return cls.Params(**params)
 
     # -- the live objects ---------------------------------------------------------------------------

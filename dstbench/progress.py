@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dstbench.fmt import last_line
+from dstbench.fmt import clip, last_line
 
 HEARTBEAT_S = 30.0
 # A live case's stages in the order they run, and their share of its work when the suite does not
@@ -74,7 +74,8 @@ def duration(seconds: float | None) -> str:
 def status_text(result: Any) -> str:
     """How a finished case went, in rich markup: 'ok median 12.3 ms/segment, density 0.100'."""
     if result.status != "ok":
-        return f"[red]{result.status}[/red] {escape(last_line(result.error))}"
+        # Clipped: the full error stays in the result line, and rich renders a long line slowly.
+        return f"[red]{result.status}[/red] {escape(clip(last_line(result.error), 300))}"
     parts = []
     if result.median_ms is not None:
         parts.append(f"median {result.median_ms:.1f} ms/segment")

@@ -156,10 +156,25 @@ def ensure_loaded() -> None:
         _import_entry_points()
 
 
+class PluginImportError(ImportError):
+    """A suite's plugin raised at import: any exception, reported as a suite error (exit 2)."""
+
+
 def import_plugins(modules: list[str]) -> None:
-    """Import modules named in a suite's `plugins` so their decorators register methods."""
+    """Import modules named in a suite's `plugins` so their decorators register methods.
+
+    Whatever a plugin raises at import (not only ImportError) becomes a `PluginImportError`
+    naming the plugin, so a broken plugin is one line of a suite error, not a traceback.
+    """
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(str(module))
+        except PluginImportError:
+            raise
+        except ImportError as exc:
+            raise PluginImportError(f"{module}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise PluginImportError(f"{module} raised {type(exc).__name__} at import: {exc}") from exc
 
 
 def list_methods() -> list[str]:

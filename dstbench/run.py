@@ -4,6 +4,10 @@ A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, def
 `run.json` (when, where, which commit, the `--set` overrides, the suite's cases and those selected),
 `results.jsonl` (one line per finished case) and `collect_env.txt` (torch's environment report).
 `--resume` runs the cases that have no line yet, and only with the settings the finished ones ran with.
+
+One process writes a run folder at a time (`RunLock`). A run ended by Ctrl-C or SIGTERM keeps its
+finished lines; the cases it was running get no line (so `--resume` runs them) and are recorded in
+`run.json`'s `interruptions`.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from dstbench.cases import Case, expand_cases
 from dstbench.config import SuiteConfig, SuiteError, load_suite
 from dstbench.coverage import PlannedCase, record_cases
 from dstbench.env import finish_collect_env, git_state, start_collect_env
+from dstbench.fmt import clip
 from dstbench.launchers import make_launcher
 from dstbench.progress import RunProgress
 from dstbench.results import CaseResult, append_result, iter_results
-from dstbench.rundir import RUN_FILE, SUITE_FILE, load_run_meta, slug
+from dstbench.lifeline import Terminated
+from dstbench.rundir import RUN_FILE, SUITE_FILE, RunDirError, RunLock, load_run_meta, make_unique_dir, slug, write_atomic
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).
@@ -35,14 +41,7 @@ RESUME_MAY_CHANGE = ("description", "expect", "reference")
 
 def new_run_dir(out: Path, suite: SuiteConfig) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = f"{slug(suite.name, 'suite')}-{stamp}"
-    run_dir = out / base
-    suffix = 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = out / f"{base}-{suffix}"
-    run_dir.mkdir(parents=True)
-    return run_dir
+    return make_unique_dir(out, f"{slug(suite.name, 'suite')}-{stamp}")
 
 
 def latest_run_dir(out: Path, suite: SuiteConfig) -> Path | None:
@@ -62,9 +61,10 @@ def overrides_text(overrides: dict[str, Any] | None) -> str:
 
 def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrides: dict[str, Any] | None = None) -> None:
     source = f"{suite_path} with --set {overrides_text(overrides)}" if overrides else str(suite_path)
-    (run_dir / SUITE_FILE).write_text(
+    write_atomic(
+        run_dir / SUITE_FILE,
         f"# {source} as validated by dstbench, every default filled in\n"
-        + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False)
+        + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False),
     )
 
 
@@ -79,7 +79,16 @@ def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrid
         "overrides": dict(overrides or {}),  # `--set` and `--device`, as given
         **git_state(),
     }
-    (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+
+
+def record_interruption(run_dir: Path, unfinished: list[str], reason: BaseException) -> None:
+    """Add to `run.json` that the run was stopped (by what, when) while `unfinished` had no line."""
+    meta = load_run_meta(run_dir)
+    by = "SIGINT" if isinstance(reason, KeyboardInterrupt) else str(reason).removeprefix("terminated by ")
+    entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by, "unfinished": unfinished}
+    meta["interruptions"] = [*meta.get("interruptions", []), entry]
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
 
 
 _ABSENT = object()
@@ -134,14 +143,30 @@ def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume
 
 
 def resolve_run_dir(
-    out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str | None, overrides: dict[str, Any] | None = None
+    out: Path,
+    suite: SuiteConfig,
+    suite_path: Path,
+    resume: bool | str | None,
+    overrides: dict[str, Any] | None = None,
+    lock: RunLock | None = None,
 ) -> Path:
-    """A new run folder, or with `resume` the one to continue (checked against the current suite)."""
+    """A new run folder, or with `resume` the one to continue (checked against the current suite).
+
+    With `lock`, the folder is locked (`RunLock.acquire` on it; `RunDirError` when another run
+    writes it) before anything in it is written or read.
+    """
     if not resume:
         run_dir = new_run_dir(out, suite)
+        if lock is not None:
+            lock.acquire(run_dir)
         write_run_files(run_dir, suite, suite_path, overrides)
         return run_dir
     run_dir = find_resumed_run_dir(out, suite, suite_path, resume)
+    if lock is not None:
+        try:
+            lock.acquire(run_dir)
+        except RunDirError as exc:  # another run writes this folder: two would run every missing case
+            raise SuiteError(str(suite_path), [("--resume", str(exc))]) from None
     stored = load_suite(run_dir / SUITE_FILE)
     if stored.model_dump(mode="json") != suite.model_dump(mode="json"):
         # Added methods or densities (or new expectations): the folder's suite now describes every
@@ -218,6 +243,10 @@ def plan_run(
     cases = expand_cases(suite, only, densities)
     if not cases:
         raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
+    out = Path(out)
+    blocking = next((p for p in (out, *out.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise SuiteError(str(suite_path), [("--out", f"{blocking} is a file, not a folder for run folders")])
     run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
     done = {line.get("case_id") for line in iter_results(run_dir)} if run_dir else set()
     todo = [case for case in cases if case.case_id not in done]
@@ -248,18 +277,39 @@ def run_suite(
     console = console or Console(stderr=True, soft_wrap=True)
     plan = plan_run(suite_path, out=out, device=device, resume=resume, only=only, densities=densities, overrides=overrides)
     suite, suite_path, cases = plan.suite, plan.suite_path, plan.cases
-    run_dir = resolve_run_dir(Path(out), suite, suite_path, resume, plan.overrides)
-    # Which cases the suite has and which this run was asked for: reports and `check` tell an
-    # unfinished run from one that selected fewer cases (dstbench.coverage).
-    record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
-    done = {line.get("case_id") for line in iter_results(run_dir)}
-    todo = [case for case in cases if case.case_id not in done]
-    console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
-    collector = start_collect_env(run_dir)
+    lock = RunLock()
     try:
-        run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
-    except BaseException:
-        finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
-        raise
-    finish_collect_env(collector)
+        run_dir = resolve_run_dir(Path(out), suite, suite_path, resume, plan.overrides, lock)
+        # Which cases the suite has and which this run was asked for: reports and `check` tell an
+        # unfinished run from one that selected fewer cases (dstbench.coverage).
+        record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
+        done = {line.get("case_id") for line in iter_results(run_dir)}
+        todo = [case for case in cases if case.case_id not in done]
+        console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
+        collector = start_collect_env(run_dir)
+        try:
+            run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+        except (KeyboardInterrupt, Terminated) as stop:
+            finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
+            # The cases without a line were running or not started: none is half-recorded, and
+            # `--resume` runs them. Which were left is noted in run.json and said here.
+            finished = {line.get("case_id") for line in iter_results(run_dir)}
+            unfinished = [case.case_id for case in todo if case.case_id not in finished]
+            try:
+                record_interruption(run_dir, unfinished, stop)
+            except OSError:
+                pass  # a full disk must not hide why the run stopped; the message below says it
+            console.print(
+                f"stopped ({'Ctrl-C' if isinstance(stop, KeyboardInterrupt) else stop}): {len(cases) - len(unfinished)} of "
+                f"{len(cases)} cases have a line in {run_dir / 'results.jsonl'}; not run: {clip(', '.join(unfinished), 300)}. "
+                f"Run them with: dstbench run {suite_path} --resume {run_dir}",
+                highlight=False, markup=False,
+            )
+            raise
+        except BaseException:
+            finish_collect_env(collector, timeout_s=0)
+            raise
+        finish_collect_env(collector)
+    finally:
+        lock.release()
     return run_dir

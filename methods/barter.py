@@ -98,16 +98,25 @@ class Barter(Method):
         fresh_units: str = "split"  # units made at the last update: split | rescale | exempt
         grow: str = "clone"  # clone | clone_or_new
 
+        def __post_init__(self) -> None:
+            # Checked here, so a suite is refused before anything runs (types: `Method.parse_params`).
+            if int(self.delta_t) != self.delta_t or self.delta_t <= 0:
+                raise ValueError(f"delta_t must be a positive integer, got {self.delta_t!r}")
+            if self.t_end < 0:
+                raise ValueError(f"t_end must be >= 0, got {self.t_end}")
+            if not 0.0 <= self.drop_fraction <= 1.0:
+                raise ValueError(f"drop_fraction must be in [0, 1], got {self.drop_fraction}")
+            if self.clone_noise < 0:
+                raise ValueError(f"clone_noise must be >= 0, got {self.clone_noise}")
+            if self.fresh_units not in FRESH_UNITS:
+                raise ValueError(f"fresh_units must be one of {', '.join(FRESH_UNITS)}, got {self.fresh_units!r}")
+            if self.grow not in GROW:
+                raise ValueError(f"grow must be one of {', '.join(GROW)}, got {self.grow!r}")
+
     def __init__(self, model: nn.Module, *, density: float, **kwargs: Any) -> None:
         # The base validates everything and builds an optimizer over the dense model (no state yet);
         # the model is then made compact and the optimizer built over the compact Parameters.
         super().__init__(model, density=density, **kwargs)
-        if self.params.clone_noise < 0:
-            raise ValueError(f"clone_noise must be >= 0, got {self.params.clone_noise}")
-        if self.params.fresh_units not in FRESH_UNITS:
-            raise ValueError(f"fresh_units must be one of {', '.join(FRESH_UNITS)}, got {self.params.fresh_units!r}")
-        if self.params.grow not in GROW:
-            raise ValueError(f"grow must be one of {', '.join(GROW)}, got {self.params.grow!r}")
         compact_vit(self._model, density, fuse_norms=self.fuse_norms)
         self._optimizer = build_optimizer(self.optimizer_spec, self._model)
         self.schedule = UpdateSchedule(

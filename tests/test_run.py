@@ -34,14 +34,16 @@ def only_run_dir(out: Path) -> Path:
 
 def test_run_writes_a_run_folder_and_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     suite = write_suite(tmp_path, plugins=[PLUGIN], methods=["dense", "fault_error"], densities=[0.5])
-    assert main(["run", str(suite), "--out", str(tmp_path / "runs")]) == 0
+    # A failed case fails the run (CI must not pass it), and says how many failed.
+    assert main(["run", str(suite), "--out", str(tmp_path / "runs")]) == 1
     run_dir = only_run_dir(tmp_path / "runs")
     lines = list(iter_results(run_dir))
     assert [(line["case_id"], line["status"]) for line in lines] == [("dense@1", "ok"), ("fault_error@0.5", "error")]
     assert yaml.safe_load((run_dir / "suite.yaml").read_text())["timing"]["segments"] == 3
     assert json.loads((run_dir / "run.json").read_text())["suite_hash"] == lines[0]["suite_hash"]
-    out = capsys.readouterr().out
-    assert "speedup vs dense" in out and "fault_error" in out and "error" in out
+    captured = capsys.readouterr()
+    assert "speedup vs dense" in captured.out and "fault_error" in captured.out and "error" in captured.out
+    assert "1 of 2 cases failed: fault_error@0.5 (error)" in captured.err
 
 
 def test_malformed_suite_exits_2_names_the_key_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -105,7 +107,8 @@ def test_resume_after_a_kill_runs_only_the_missing_cases(tmp_path: Path) -> None
     # The same suite, resumed once the hanging case can finish: only the two missing cases run.
     hang_file.unlink()
     resumed = subprocess.run(command + ["--resume"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 1, resumed.stderr  # `last` fails on purpose
+    assert "1 of 3 cases failed: last@0.5 (error)" in resumed.stderr
     lines = list(iter_results(run_dir))
     assert [line["case_id"] for line in lines] == ["dense@1", "hang@0.5", "last@0.5"]
     assert lines[0] == first[0]  # dense was not run again

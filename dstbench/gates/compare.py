@@ -27,7 +27,7 @@ from dstbench.cases import case_id
 from dstbench.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.fmt import percent
 from dstbench.results import iter_results, segment_samples
-from dstbench.rundir import RESULTS_FILE, RunDirError, load_run_meta, require_results
+from dstbench.rundir import RESULTS_FILE, RunDirError, load_run_meta, output_file_problem, require_results, write_atomic
 
 # Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
 MEMORY_METRICS = (("peak_memory_bytes", "peak"), ("state_bytes", "state"), ("activation_bytes", "activation"))
@@ -362,6 +362,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.time_threshold < 0 or args.memory_threshold < 0 or not 0 < args.alpha < 1:
             raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
+        problem = output_file_problem(args.markdown, "--markdown") if args.markdown else None
+        if problem:
+            raise CompareInputError(problem)
         comparison = compare_runs(
             load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
             memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
@@ -372,5 +375,5 @@ def main(args: argparse.Namespace) -> int:
     print(render(comparison, strict=args.strict), end="")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(render(comparison, strict=args.strict, markdown=True))
+        write_atomic(args.markdown, render(comparison, strict=args.strict, markdown=True))
     return exit_code(comparison, args.strict)

@@ -19,7 +19,7 @@ from dstbench.cases import case_id as make_case_id
 from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
 from dstbench.extras import MissingExtra, require
 from dstbench.results import iter_results, segment_samples
-from dstbench.rundir import SUITE_FILE, RunDirError, load_run_meta, require_results
+from dstbench.rundir import SUITE_FILE, RunDirError, load_run_meta, output_file_problem, require_results, write_atomic
 
 
 def benchmark_stats(segment_ms: list[float], segment_steps: int) -> dict[str, Any]:
@@ -133,6 +133,10 @@ def main(args: argparse.Namespace) -> int:
     except (RunDirError, MissingExtra) as exc:
         print(f"dstbench export: {exc}" if isinstance(exc, RunDirError) else str(exc), file=sys.stderr)
         return EXIT_USAGE
+    problem = output_file_problem(args.pytest_benchmark, "--pytest-benchmark")
+    if problem:
+        print(f"dstbench export: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     document, skipped = export_run(run_dir)
     for case in skipped:
         print(f"dstbench export: left out {case}: no timed samples", file=sys.stderr)
@@ -142,6 +146,6 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out = Path(args.pytest_benchmark)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    write_atomic(out, json.dumps(document, indent=2) + "\n")
     print(f"wrote {len(document['benchmarks'])} benchmarks to {out}")
     return EXIT_OK

@@ -14,11 +14,12 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from dstbench.lifeline import bind_to_parent
 from dstbench.results import CaseResult
 from dstbench.build import CaseTask, Progress, failed_result
 from dstbench.runner import execute_case
 
-_PRELOAD = ["dstbench.runner"]
+_PRELOAD = ["dstbench.launchers.forkserver_preload", "dstbench.runner"]
 
 
 def _context() -> Any:
@@ -30,6 +31,8 @@ def _context() -> Any:
 
 
 def _child(conn: Connection, task: CaseTask) -> None:
+    bind_to_parent()  # a case process never outlives the run (dstbench.lifeline)
+
     def progress(stage: str, done: int, total: int) -> None:
         conn.send(("progress", (stage, done, total)))
 

@@ -137,8 +137,11 @@ class TorchrunLauncher:
             rendezvous = [
                 f"--nnodes={c.nnodes}", f"--node_rank={self.node_rank}", f"--master_addr={addr}", f"--master_port={port}",
             ]
+        # The agent runs bound to this process (dstbench.lifeline), its ranks bound to the agent: a
+        # killed run takes torchrun and every rank with it, though they run in their own session.
         return [
-            sys.executable, "-m", "torch.distributed.run", *rendezvous, f"--nproc_per_node={c.nproc_per_node}",
+            sys.executable, "-m", "dstbench.lifeline", "torch.distributed.run", *rendezvous,
+            f"--nproc_per_node={c.nproc_per_node}",
             "-m", "dstbench.launchers.torchrun_worker", str(task_file), str(workdir),
         ]
 

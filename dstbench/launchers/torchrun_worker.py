@@ -20,11 +20,13 @@ import torch
 import torch.distributed as dist
 
 from dstbench.launchers.torchrun import GATHERED, rank_file, write_json_atomic
+from dstbench.lifeline import bind_to_parent
 from dstbench.build import CaseTask
 from dstbench.runner import execute_case
 
 
 def main(task_file: str, workdir: str) -> int:
+    bind_to_parent()  # a rank never outlives its torchrun agent (dstbench.lifeline)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     task = CaseTask(**json.loads(Path(task_file).read_text()))
     use_cuda = task.suite["device"] in ("cuda", "auto") and torch.cuda.is_available()

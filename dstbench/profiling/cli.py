@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from tabulate import tabulate
 
 from dstbench.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from dstbench.fmt import human_bytes, last_line, percent
+from dstbench.fmt import clip, human_bytes, last_line, percent
 from dstbench.profiling.analysis import OTHER
 from dstbench.rundir import RESULTS_FILE
 
@@ -54,7 +53,7 @@ def format_profile(line: dict[str, Any], run_dir: Path) -> str:
     case = line.get("case_id", "?")
     profile = line.get("profile")
     if line.get("status") != "ok":
-        return f"{case}: {line.get('status')} {last_line(line.get('error'))}"
+        return f"{case}: {line.get('status')} {clip(last_line(line.get('error')), 300)}"
     if not profile:
         return f"{case}: not profiled"
     if "error" in profile:
@@ -103,9 +102,11 @@ def format_profile(line: dict[str, Any], run_dir: Path) -> str:
 def profile_override(suite_path: Path) -> dict[str, Any]:
     """The suite's own `profile` settings with profiling switched on (`--overrides` replace a whole
     top-level key, so the suite's steps and snapshot choice are carried over here)."""
+    from dstbench.config import SuiteError, read_yaml
+
     try:
-        data = yaml.safe_load(suite_path.read_text())
-    except (OSError, yaml.YAMLError):
+        data = read_yaml(suite_path)
+    except SuiteError:
         data = None  # load_suite reports it properly
     current = data.get("profile") if isinstance(data, dict) else None
     return {**current, "enabled": True} if isinstance(current, dict) else {"enabled": True}

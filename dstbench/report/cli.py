@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.fmt import ci_text
 from dstbench.report.derive import data_loading, derive, headline, load_frame
-from dstbench.rundir import RunDirError, require_results, run_reference
+from dstbench.rundir import RunDirError, output_file_problem, require_results, run_reference, write_atomic
 
 
 def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | None) -> tuple[str | None, str]:
@@ -38,9 +39,8 @@ def headline_text(derived: pd.DataFrame) -> str:
         s = h["speedup"]
         dense = s.get("vs_dense")
         lines.append(
-            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
-            f"95% CI [{s['ci_low']:.2f}, {s['ci_high']:.2f}])"
-            + (f"; vs dense {dense['value']:.2f}x [{dense['ci_low']:.2f}, {dense['ci_high']:.2f}]" if dense else "")
+            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, {s['ci']})"
+            + (f"; vs dense {dense['value']:.2f}x ({ci_text(dense['ci_low'], dense['ci_high'])})" if dense else "")
         )
     if h["memory"]:
         m = h["memory"]
@@ -77,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
+    problems = [output_file_problem(p, o) for o, p in (("--html", args.html), ("--markdown", args.markdown)) if p]
+    if any(problems):
+        print("\n".join(p for p in problems if p), file=sys.stderr)
+        return EXIT_USAGE
     frame = load_frame(run_dirs)
     if frame.empty:
         print(f"no result lines in {', '.join(run_dirs)}", file=sys.stderr)
@@ -93,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
     if args.markdown:
         path = Path(args.markdown)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_markdown(build_page(derived, run_dirs, images=False, output_dir=path.parent)), encoding="utf-8")
+        write_atomic(path, render_markdown(build_page(derived, run_dirs, images=False, output_dir=path.parent)))
         print(f"wrote {path}", file=sys.stderr)
     if args.html:
         write_report(derived, run_dirs, args.html)

@@ -12,8 +12,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from dstbench.fmt import present
-from dstbench.results import iter_results, segment_samples
+from dstbench.fmt import ci_text, present
+from dstbench.results import RESULT_FIELDS, iter_results, segment_samples
 
 BOOTSTRAP_RESAMPLES = 2000
 DERIVED_COLUMNS = (
@@ -29,7 +29,14 @@ def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
     for run_dir in run_dirs:
         for line in iter_results(Path(run_dir)):
             rows.append({**line, "run": str(run_dir)})
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        # Every field of a result line is a column, even where no line has it (lines written by
+        # another version, or by hand): sections test values, never whether a column exists.
+        for name in RESULT_FIELDS:
+            if name not in frame:
+                frame[name] = None
+    return frame
 
 
 def bootstrap_speedup_ci(
@@ -37,8 +44,8 @@ def bootstrap_speedup_ci(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of median(reference) / median(method), resampling each side."""
     ref, own = np.asarray(reference_ms, float), np.asarray(method_ms, float)
-    if len(ref) == 0 or len(own) == 0:
-        return (np.nan, np.nan)
+    if len(ref) < 2 or len(own) < 2:
+        return (np.nan, np.nan)  # one sample has no spread: no interval, not a zero-width one
     rng = np.random.default_rng(seed)
     ref_medians = np.median(rng.choice(ref, (BOOTSTRAP_RESAMPLES, len(ref))), axis=1)
     own_medians = np.median(rng.choice(own, (BOOTSTRAP_RESAMPLES, len(own))), axis=1)
@@ -232,6 +239,7 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
             "method": best["method"], "density": float(best["density"]), "value": float(best["speedup"]),
             "ci_low": float(best["speedup_ci_low"]), "ci_high": float(best["speedup_ci_high"]),
             "vs_dense": _vs_dense(best, reference),
+            "ci": ci_text(best["speedup_ci_low"], best["speedup_ci_high"]),
         }
     memory = others[others["memory_reduction"].notna()]
     if not memory.empty:
@@ -244,8 +252,12 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _vs_dense(row: pd.Series, reference: str | None) -> dict[str, float] | None:
+def _vs_dense(row: pd.Series, reference: str | None) -> dict[str, Any] | None:
     """The headline case's speedup against dense, shown beside the one against the reference."""
     if reference == "dense" or not present(row.get("speedup_vs_dense")):
         return None
-    return {key: float(row[f"speedup_vs_dense{suffix}"]) for key, suffix in (("value", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))}
+    out: dict[str, Any] = {
+        key: float(row[f"speedup_vs_dense{suffix}"]) for key, suffix in (("value", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))
+    }
+    out["ci"] = ci_text(out["ci_low"], out["ci_high"])
+    return out

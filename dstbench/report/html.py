@@ -21,7 +21,7 @@ from dstbench.report.derive import data_loading, headline
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
-from dstbench.rundir import SUITE_FILE, load_run_meta
+from dstbench.rundir import SUITE_FILE, load_run_meta, write_atomic
 
 
 @dataclass
@@ -144,5 +144,5 @@ def write_report(derived: pd.DataFrame, run_dirs: list[str | Path], path: str | 
     """Render the HTML report of `derived` into `path` (its folder is created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(build_page(derived, run_dirs, output_dir=path.parent)), encoding="utf-8")
+    write_atomic(path, render_html(build_page(derived, run_dirs, output_dir=path.parent)))
     return path

@@ -27,7 +27,7 @@ from dstbench.report.derive import derive, headline, load_frame
 from dstbench.report.history import SiteRun, suite_histories
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
 from dstbench.results import iter_results
-from dstbench.rundir import RESULTS_FILE, RUN_FILES, RunDirError, load_run_meta, require_results, slug
+from dstbench.rundir import RESULTS_FILE, RUN_FILES, RunDirError, load_run_meta, require_results, slug, write_atomic
 
 LINKED_FILE_KEYS = ("trace", "memory_snapshot")  # fields of a result line's `profile`
 
@@ -107,7 +107,7 @@ def write_run_page(run_dir: Path) -> None:
     page = build_page(run.derived, [run_dir], output_dir=run_dir)
     page.nav = [Link("All runs", "../../index.html"), Link("History", "../../history.html")]
     page.files = [Link(name, name) for name in RUN_FILES if (run_dir / name).exists()]
-    (run_dir / "index.html").write_text(render_html(page), encoding="utf-8")
+    write_atomic(run_dir / "index.html", render_html(page))
 
 
 def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
@@ -125,9 +125,9 @@ def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
     runs.sort(key=lambda r: (r.created, r.label), reverse=True)
     env = environment(True)
     common = {"version": dstbench_version(), "nav": [Link("All runs", "index.html"), Link("History", "history.html")]}
-    (site / "index.html").write_text(env.get_template("index.html.j2").render(runs=runs, **common), encoding="utf-8")
+    write_atomic(site / "index.html", env.get_template("index.html.j2").render(runs=runs, **common))
     histories = suite_histories(runs)
-    (site / "history.html").write_text(env.get_template("history.html.j2").render(histories=histories, **common), encoding="utf-8")
+    write_atomic(site / "history.html", env.get_template("history.html.j2").render(histories=histories, **common))
     # GitHub Pages would otherwise run Jekyll over the site and drop files it does not know.
     (site / ".nojekyll").write_text("")
     return site / "index.html"
@@ -138,6 +138,10 @@ def main(args: argparse.Namespace) -> int:
         require_results(args.run_dirs)
     except RunDirError as exc:
         print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    site = Path(args.site)
+    if site.exists() and not site.is_dir():
+        print(f"--site: {site} is a file, not a folder", file=sys.stderr)
         return EXIT_USAGE
     # A run without one readable line (empty, or only a torn line) has nothing to show.
     empty = [str(d) for d in args.run_dirs if next(iter_results(Path(d)), None) is None]

@@ -9,8 +9,9 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from dstbench.fmt import DASH, last_line, mib, missing, percent
+from dstbench.fmt import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
 from dstbench.report.derive import reference_row
+from dstbench.results import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
 
 
@@ -26,18 +27,22 @@ def _speedup(r: pd.Series) -> str:
     if missing(r.get("speedup")):
         return DASH
     text = f"{r['speedup']:.2f}×"
-    if not missing(r.get("speedup_ci_low")):
-        text += f" [{r['speedup_ci_low']:.2f}, {r['speedup_ci_high']:.2f}]"
-    return text
+    interval = ci_text(r.get("speedup_ci_low"), r.get("speedup_ci_high"))
+    return f"{text} {interval.removeprefix('95% CI ')}"
+
+
+def _iqr(r: pd.Series) -> str:
+    """The IQR, or n/a for a case timed in fewer than two segments (its IQR would read 0.0)."""
+    if r.get("status") == "ok" and len(segment_samples(r.get("segment_ms"))) < 2 and present(r.get("median_ms")):
+        return NOT_APPLICABLE
+    return _num(r.get("iqr_ms"), ".1f")
 
 
 def _speedup_vs_dense(r: pd.Series) -> str:
     if missing(r.get("speedup_vs_dense")):
         return DASH
-    text = f"{r['speedup_vs_dense']:.2f}×"
-    if not missing(r.get("speedup_vs_dense_ci_low")):
-        text += f" [{r['speedup_vs_dense_ci_low']:.2f}, {r['speedup_vs_dense_ci_high']:.2f}]"
-    return text
+    interval = ci_text(r.get("speedup_vs_dense_ci_low"), r.get("speedup_vs_dense_ci_high"))
+    return f"{r['speedup_vs_dense']:.2f}× {interval.removeprefix('95% CI ')}"
 
 
 def run_label(run: Any) -> str:
@@ -105,7 +110,7 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
     body = [
         cells(r)
         + [
-            _num(r.get("median_ms"), ".1f"), _num(r.get("iqr_ms"), ".1f"), _num(r.get("images_per_s"), ".1f"),
+            _num(r.get("median_ms"), ".1f"), _iqr(r), _num(r.get("images_per_s"), ".1f"),
             _speedup(r), _speedup_vs_dense(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")),
             _times(r.get("shape_limit")), percent(r.get("shape_fraction")), percent(r.get("topology_share")),
         ]
@@ -193,14 +198,14 @@ def failed_table(derived: pd.DataFrame) -> Table | None:
     several = derived["run"].nunique() > 1 if "run" in derived else False
     body = [
         ([run_label(r["run"])] if several else [])
-        + [str(r["case_id"]), str(r["status"]), last_line(r.get("error"), "(no message recorded)"), _num(r.get("duration_s"), ".1f")]
+        + [str(r["case_id"]), str(r["status"]), clip(last_line(r.get("error"), "(no message recorded)"), 300), _num(r.get("duration_s"), ".1f")]
         for _, r in failed.iterrows()
     ]
     return Table(
         (["run"] if several else []) + ["case", "status", "reason", "duration s"],
         body,
         align=(["left"] if several else []) + ["left", "left", "left", "right"],
-        note="Cases that did not finish; the reason is the last line of the recorded error.",
+        note="Cases that did not finish; the reason is the last line of the recorded error (its first 300 characters).",
         row_classes=["failed"] * len(body),
     )
 

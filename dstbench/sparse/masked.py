@@ -23,6 +23,7 @@ supplies the mask set the update works on, so the update code is the same for al
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import torch
@@ -65,6 +66,10 @@ class MaskedParams(MaskLayoutParams):
             raise ValueError(f"delta_t must be a positive integer, got {self.delta_t!r}")
         if self.t_end < 0:
             raise ValueError(f"t_end must be >= 0, got {self.t_end}")
+        try:
+            re.compile(self.prunable)
+        except re.error as exc:
+            raise ValueError(f"prunable is not a valid regular expression ({exc}): {self.prunable!r}") from None
 
 
 @dataclasses.dataclass

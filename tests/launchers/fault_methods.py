@@ -32,9 +32,10 @@ class FaultError(Method):
     @dataclasses.dataclass
     class Params:
         message: str = "injected failure"
+        repeat: int = 1  # the message this many times on one line (a 20 MB error line)
 
     def train_segment(self, batches: Any, steps: int) -> Any:
-        raise ValueError(self.params.message)
+        raise ValueError(self.params.message * self.params.repeat)
 
 
 @register_method("fault_crash", kind="masked")
@@ -47,13 +48,34 @@ class FaultCrash(Method):
 
 @register_method("fault_hang", kind="masked")
 class FaultHang(Method):
-    """Hangs in its segment: forever, or while the file named by `DSTBENCH_FAULT_HANG_FILE` exists
-    (then it trains as dense does, so a resumed run can finish the same suite)."""
+    """Hangs in its segment: forever, or while the file named by `hang_file` (default: the
+    environment's `DSTBENCH_FAULT_HANG_FILE`) exists; then it trains as dense does, so a resumed run
+    can finish the same suite. With `pid_file` (or `DSTBENCH_FAULT_PID_FILE`) it first writes
+    "pid ppid" there, so a test can watch its process."""
+
+    @dataclasses.dataclass
+    class Params:
+        hang_file: str = ""
+        pid_file: str = ""
 
     def train_segment(self, batches: Any, steps: int) -> Any:
-        hang_file = os.environ.get("DSTBENCH_FAULT_HANG_FILE")
+        pid_file = self.params.pid_file or os.environ.get("DSTBENCH_FAULT_PID_FILE")
+        if pid_file and not os.path.exists(pid_file):
+            tmp = f"{pid_file}.tmp"
+            with open(tmp, "w") as handle:
+                handle.write(f"{os.getpid()} {os.getppid()}\n")
+            os.replace(tmp, pid_file)
+        hang_file = self.params.hang_file or os.environ.get("DSTBENCH_FAULT_HANG_FILE")
         if hang_file is None:
             time.sleep(3600)
         while os.path.exists(hang_file):
             time.sleep(0.1)
         return super().train_segment(batches, steps)
+
+
+@register_method("fault_extras", kind="masked")
+class FaultExtras(Method):
+    """Trains as dense does, but its result extras hold what JSON cannot (a set, a tensor, an object)."""
+
+    def result_extras(self) -> dict[str, Any]:
+        return {"classes": {3, 1, 2}, "scores": torch.arange(3.0), "handle": object(), (1, 2): "tuple key"}

@@ -34,7 +34,7 @@ def run_lines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     )
     path = tmp / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
-    assert main(["run", str(path), "--out", str(tmp / "runs")]) == 0
+    assert main(["run", str(path), "--out", str(tmp / "runs")]) == 1  # fault_rank fails on purpose
     [run_dir] = [p for p in (tmp / "runs").iterdir() if p.is_dir()]
     return {"run_dir": run_dir, **{line["case_id"]: line for line in iter_results(run_dir)}}  # type: ignore[dict-item]
 

@@ -1,0 +1,1 @@
+"""Fault injection: dstbench killed, fed hostile input, out of disk; each fault against a tiny suite."""
