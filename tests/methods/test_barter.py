@@ -307,6 +307,7 @@ def test_keeps_learning_digits_across_updates() -> None:
     assert final_accuracy > around_updates[-1][1][1] and final_accuracy > 0.6  # chance: 0.1
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_no_host_sync_between_updates_on_cuda() -> None:
     """Only update steps may synchronise with the host (bf16; fp16's GradScaler syncs by itself)."""

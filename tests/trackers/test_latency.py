@@ -25,6 +25,7 @@ def test_summary_is_median_and_interquartile_range() -> None:
     assert summarize_ms([4.0, 1.0, 3.0, 2.0, 100.0]) == (3.0, 2.0)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_timer_uses_events() -> None:
     with SegmentTimer(torch.device("cuda")) as timer:

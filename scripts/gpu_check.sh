@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The GPU check: one prepared command that proves dstbench's CUDA path on a bare GPU host.
+#
+#   scripts/gpu_check.sh [--out DIR] [--wheels DIR] [--budget SECONDS] [--cpu]
+#
+# The host needs PyTorch (CUDA), timm, pandas, seaborn, tabulate, scipy, jinja2, rich, nvidia-ml-py
+# and pytest(-benchmark); it needs no network. What else dstbench needs (pydantic and its
+# dependencies) comes as wheels in --wheels (default .whl/, README "GPU check" says how to fill it).
+# dstbench itself is installed without resolving dependencies.
+#
+# Steps, each under what is left of --budget (default 540 s, inside 9 minutes; a step that would
+# start with under 30 s left is skipped, and a running one is stopped with SIGTERM, which dstbench
+# handles as Ctrl-C: finished cases are kept):
+#   1. the environment: GPU, driver, torch, CUDA;
+#   2. the CUDA-only tests (`pytest -m cuda`);
+#   3. a shortened l40_vit: every method at densities 0.1 and 0.5, fewer and shorter segments, with
+#      its HTML and Markdown reports;
+#   4. a profile of rigl and barter at 0.1, with the CUDA memory snapshot.
+# Everything lands in --out (default $OUT when set, else gpu_check_out/): gpu_check.log, env.txt,
+# the reports, and gpu_check.tar.gz holding the run folders (traces and snapshots included), so
+# a host that returns only a few files still returns everything.
+#
+# --cpu: the same steps on the CPU with a micro model, seconds each: CI runs it
+# (tests/scripts/test_gpu_check.py) so that this script cannot rot between GPU checks.
+set -uo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-gpu_check_out}"
+wheels="$repo/.whl"
+budget=540
+cpu=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --wheels) wheels="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    --cpu) cpu=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$budget" in ''|*[!0-9]*) echo "gpu_check.sh: --budget takes whole seconds, got '$budget'" >&2; exit 2 ;; esac
+
+mkdir -p "$out" || exit 2
+out="$(cd "$out" && pwd)"
+work="$out/work"
+rm -rf "$work" && mkdir -p "$work"
+log="$out/gpu_check.log"
+: >"$log"
+exec > >(tee -a "$log") 2>&1
+start=$(date +%s)
+python="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+steps=()   # "name: status" per step, printed at the end
+failed=0
+
+say() { printf '\n== %s (%ss left)\n' "$1" "$(remaining)"; }
+remaining() { echo $((budget - ($(date +%s) - start))); }
+
+# run_step NAME RESERVE COMMAND...: run COMMAND with what is left of the budget minus RESERVE (time
+# kept for the steps after it); skip it when under 30 s would be left.
+run_step() {
+  local name="$1" reserve="$2"; shift 2
+  local limit=$(( $(remaining) - reserve ))
+  say "$name"
+  if [ "$limit" -lt 30 ]; then
+    echo "skipped: ${limit}s of the budget would be left for it"
+    steps+=("$name: skipped (budget)"); failed=1; return
+  fi
+  timeout --signal=TERM --kill-after=20 "$limit" "$@"
+  local code=$?
+  case "$code" in
+    0) steps+=("$name: ok") ;;
+    124|143) steps+=("$name: stopped at the budget (${limit}s)"); failed=1 ;;
+    *) steps+=("$name: exit $code"); failed=1 ;;
+  esac
+}
+
+cd "$repo" || exit 2
+
+# -- install ---------------------------------------------------------------------------------------
+say "install"
+if compgen -G "$wheels/*.whl" >/dev/null; then
+  site="$work/site"
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheels"/*.whl || exit 2
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  echo "wheels from $wheels: $(cd "$wheels" && ls *.whl | tr '\n' ' ')"
+fi
+if "$python" - "$repo" <<'EOF'
+import pathlib, sys
+try:
+    import dstbench
+except ImportError:
+    sys.exit(1)
+sys.exit(0 if pathlib.Path(dstbench.__file__).resolve().parents[1] == pathlib.Path(sys.argv[1]).resolve() else 1)
+EOF
+then
+  echo "dstbench is installed from this checkout"
+else
+  # No dependency resolution (no network); the host's setuptools builds the editable install.
+  "$python" -m pip install -q --no-deps --no-build-isolation --no-index -e "$repo" || exit 2
+fi
+
+# -- 1. environment --------------------------------------------------------------------------------
+say "environment"
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+  else
+    echo "nvidia-smi: not found"
+  fi
+  "$python" - <<'EOF'
+import platform, torch, timm, dstbench
+print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), timm {timm.__version__}, dstbench {dstbench.__version__}")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"GPU 0: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs, capability {p.major}.{p.minor}; cuDNN {torch.backends.cudnn.version()}")
+else:
+    print("torch sees no CUDA device")
+EOF
+} | tee "$out/env.txt"
+
+if [ "$cpu" = 1 ]; then
+  # The same suite, on the CPU and at micro size; semi_structured (CUDA only) is left out.
+  device=cpu
+  shape=(--set device=cpu --set precision=fp32 --set batch_size=8
+         --set model.embed_dim=64 --set model.depth=2 --set model.num_heads=4 --set model.patch_size=8
+         --set "methods=[dense, static, {name: rigl, params: {delta_t: 4}}, {name: rigl, label: rigl_csr, params: {delta_t: 4, execution: csr}}, small_dense, {name: barter, params: {delta_t: 4}}]")
+  timing=(--set timing.warmup_steps=2 --set timing.segment_steps=2 --set timing.segments=3 --set timing.total_steps=40)
+  profile_steps=(--set profile.steps=2 --set profile.max_advance_steps=10)
+else
+  device=cuda
+  shape=()
+  # 10 warmup steps, then 6 segments of 20 steps: the update scheduled at step 100 (delta_t 100)
+  # falls inside the timed segments, as it does in the full suite.
+  timing=(--set timing.warmup_steps=10 --set timing.segment_steps=20 --set timing.segments=6 --set timing.total_steps=1000)
+  profile_steps=()
+fi
+
+# -- 2. CUDA-only tests ----------------------------------------------------------------------------
+# On the CPU these skip: the step proves they are collected and selected.
+run_step "CUDA-only tests" 360 "$python" -m pytest -q -m cuda -p no:cacheprovider tests
+
+# -- 3. shortened l40_vit --------------------------------------------------------------------------
+run_step "l40_vit at 0.1 and 0.5" 120 "$python" -m dstbench run suites/l40_vit.yaml --density 0.1 0.5 \
+  "${shape[@]}" "${timing[@]}" --out "$work/runs" --html "$out/l40_vit_short.html" --markdown "$out/l40_vit_short.md"
+
+# -- 4. profile of rigl and barter at 0.1 ----------------------------------------------------------
+run_step "profile rigl, barter at 0.1" 15 "$python" -m dstbench profile suites/l40_vit.yaml --only rigl barter --density 0.1 \
+  "${shape[@]}" "${timing[@]}" "${profile_steps[@]}" --out "$work/profile"
+
+# -- pack ------------------------------------------------------------------------------------------
+say "pack"
+rm -rf "$work/site"
+tar -czf "$out/gpu_check.tar.gz" -C "$work" . && echo "run folders: $out/gpu_check.tar.gz ($(du -h "$out/gpu_check.tar.gz" | cut -f1))"
+rm -rf "$work"
+
+printf '\n== summary (device %s, %ss of %ss used)\n' "$device" "$(( $(date +%s) - start ))" "$budget"
+printf '  %s\n' "${steps[@]}"
+exit "$failed"
