@@ -39,6 +39,14 @@ class CaseResult:
     median_ms: float | None = None
     iqr_ms: float | None = None
     images_per_s: float | None = None
+    # what each segment sample was timed with (aligned with segment_ms): the interleaved group's id,
+    # its round, its start (Unix seconds); the groups the case was timed in; contention per segment
+    segment_group: list[str] = dataclasses.field(default_factory=list)
+    segment_round: list[int] = dataclasses.field(default_factory=list)
+    segment_start_s: list[float] = dataclasses.field(default_factory=list)
+    groups: list[str] = dataclasses.field(default_factory=list)
+    noise: dict[str, Any] | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
     # memory: allocator figures on CUDA, exact byte counts everywhere
     peak_memory_bytes: int | None = None
     reserved_memory_bytes: int | None = None
@@ -126,6 +134,30 @@ def append_result(run_dir: Path, result: CaseResult) -> None:
         handle.write(prefix + line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def replace_results(run_dir: Path, drop: set[str], results: list[CaseResult]) -> None:
+    """Remove every line whose `case_id` is in `drop`, then add `results`, in one atomic step: the
+    file is rewritten beside the old one and renamed over it, so a kill leaves either the old lines
+    or the new ones (how an interleaved group that is timed again replaces its lines). Unreadable
+    lines are kept as they were."""
+    path = Path(run_dir) / RESULTS_FILE
+    kept = []
+    if path.exists():
+        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError:
+                data = None
+            if raw.strip() and not (isinstance(data, dict) and data.get("case_id") in drop):
+                kept.append(raw)
+    kept += [json.dumps(_finite(r.to_dict()), sort_keys=False) for r in results]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in kept))
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
 
 
 _WARNED: set[tuple[str, tuple[int, ...]]] = set()

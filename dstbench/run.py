@@ -1,8 +1,10 @@
-"""`dstbench run SUITE`: validate, expand into cases, launch each, append its result line.
+"""`dstbench run SUITE`: validate, expand into cases, time them group by group, write their lines.
 
 A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, defaults filled in),
-`run.json` (when, where, which commit) and `results.jsonl` (one line per finished case). `--resume`
-runs the cases that have no line yet, and only with the settings the finished ones ran with.
+`run.json` (when, where, which commit) and `results.jsonl` (one line per finished case). Cases are
+timed in groups (`dstbench.groups`, `dstbench.scheduler`): interleaved, the cases compared with each
+other; otherwise one by one. `--resume` times the groups that are not done (a group interrupted
+half way again, whole), and only with the settings the finished ones ran with.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import datetime as dt
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from rich.console import Console
@@ -22,10 +24,12 @@ from dstbench.cases import Case, expand_cases
 from dstbench.config import SuiteConfig, SuiteError, load_suite
 from dstbench.env import git_state
 from dstbench.fmt import last_line
+from dstbench.groups import Group, base_key, group_done, merge_shared, plan_groups, shared_cases, strip_group
 from dstbench.launchers import make_launcher
-from dstbench.results import CaseResult, append_result, iter_results
+from dstbench.results import CaseResult, append_result, iter_results, replace_results
 from dstbench.rundir import RUN_FILE, SUITE_FILE, load_run_meta, slug
 from dstbench.build import CaseTask
+from dstbench.scheduler import GroupRun, run_groups
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).
@@ -142,32 +146,82 @@ def _status_line(result: CaseResult) -> str:
         parts.append(f"top1 {result.top1:.3f}")
     if result.density_achieved is not None:
         parts.append(f"density {result.density_achieved:.3f}")
-    return "[green]ok[/green] " + ", ".join(parts)
+    warn = "".join(f"\n  [yellow]warning[/yellow] {escape(w)}" for w in result.warnings)
+    return "[green]ok[/green] " + ", ".join(parts) + warn
+
+
+def _latest_lines(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The last line of each case in the run folder (a later line for a case wins, as in reports)."""
+    return {str(line.get("case_id")): line for line in iter_results(run_dir)}
+
+
+def plan(suite: SuiteConfig, cases: list[Case], launcher: Any) -> list[Group]:
+    """The groups to time (`dstbench.groups`): interleaved in speed mode when the launcher can."""
+    interleave = suite.timing.interleave and suite.mode == "speed" and hasattr(launcher, "open")
+    return plan_groups(cases, suite.reference, interleave=interleave)
+
+
+def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[str]) -> list[CaseResult]:
+    """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
+    from a group) merges with its line from the other groups, less what an earlier, interrupted
+    timing of this group left; a group timed again replaces its old lines; other lines are
+    appended. `written`: the ids of the groups written so far by this run (updated)."""
+    lines = _latest_lines(run_dir)
+    results = []
+    for result in timed.results:
+        old = lines.get(result.case_id)
+        if old is not None:
+            earlier = [g for g in old.get("groups") or [] if g in written]
+            if result.case_id in shared or earlier:
+                if not any(base_key(g) == timed.group.base for g in earlier):
+                    old = strip_group(old, timed.group.base)
+                result = merge_shared(old, result)
+        results.append(result)
+    written.update([timed.group_id, *(g for r in results for g in r.groups)])
+    replaced = {r.case_id for r in results} & set(lines)
+    if replaced:
+        replace_results(run_dir, replaced, results)
+    else:
+        for result in results:
+            append_result(run_dir, result)
+    return results
 
 
 def run_cases(
-    suite: SuiteConfig, suite_path: Path, run_dir: Path, cases: list[Case], console: Console, resume: bool = False
+    suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
+    launcher: Any = None, shared: set[str] | None = None,
 ) -> list[CaseResult]:
-    """Launch the cases one after another with a live progress line; append each result."""
-    launcher = make_launcher(suite.launcher)
+    """Time the groups one after another with a live progress line; write each group's lines as it
+    ends and print one line per case. `shared`: the cases that belong to several groups of the
+    whole plan (default: of `groups`)."""
+    launcher = launcher or make_launcher(suite.launcher)
     suite_data = suite.model_dump(mode="json")
+    shared = shared_cases(groups) if shared is None else shared
+    cases = list({c.case_id: c for g in groups for c in g.cases}.values())
+    tasks = {c.case_id: CaseTask(suite_data, str(suite_path), c.to_dict(), str(run_dir), resume=resume) for c in cases}
+    index = {c.case_id: i for i, c in enumerate(cases, 1)}
     results = []
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task("cases", total=len(cases), detail="")
-        for index, case in enumerate(cases, 1):
-            label = f"case {index}/{len(cases)} {case.case_id}"
+        overall = progress.add_task("cases", total=sum(len(g.cases) for g in groups), detail="")
+
+        def progress_for(case: Case) -> Callable[[str, int, int], None]:
+            label = f"case {index[case.case_id]}/{len(cases)} {case.case_id}"
             progress.update(overall, description=label, detail="starting")
 
-            def on_progress(stage: str, done: int, total: int, label: str = label) -> None:
+            def on_progress(stage: str, done: int, total: int) -> None:
                 progress.update(overall, description=label, detail=f"{stage} {done}/{total}")
 
-            task = CaseTask(suite_data, str(suite_path), case.to_dict(), str(run_dir), resume=resume)
-            result = launcher.run(task, on_progress)
-            append_result(run_dir, result)
-            results.append(result)
-            progress.advance(overall)
-            console.print(f"{escape(label)}: {_status_line(result)}")
+            return on_progress
+
+        written_ids: set[str] = set()
+        for timed in run_groups(launcher, groups, tasks, progress_for, suite.reference):
+            written = write_group(run_dir, timed, shared, written_ids)
+            for result in written:
+                progress.advance(overall)
+                label = f"case {index.get(result.case_id, '?')}/{len(cases)} {result.case_id}"
+                console.print(f"{escape(label)}: {_status_line(result)}")
+            results += written
     return results
 
 
@@ -213,8 +267,12 @@ def run_suite(
     if not cases:
         raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
     run_dir = resolve_run_dir(Path(out), suite, suite_path, resume)
-    done = {line.get("case_id") for line in iter_results(run_dir)}
-    todo = [case for case in cases if case.case_id not in done]
-    console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
-    run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+    launcher = make_launcher(suite.launcher)
+    groups = plan(suite, cases, launcher)
+    lines, shared = _latest_lines(run_dir), shared_cases(groups)
+    # A group not done is timed again whole (dstbench.groups): its cases' lines are replaced.
+    todo = [g for g in groups if not group_done(g, lines, shared)]
+    count = len({c.case_id for g in todo for c in g.cases})
+    console.print(f"run folder: {run_dir}  ({count} of {len(cases)} cases to run)")
+    run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume), launcher=launcher, shared=shared)
     return run_dir

@@ -48,9 +48,16 @@ class FaultCrash(Method):
 @register_method("fault_hang", kind="masked")
 class FaultHang(Method):
     """Hangs in its segment: forever, or while the file named by `DSTBENCH_FAULT_HANG_FILE` exists
-    (then it trains as dense does, so a resumed run can finish the same suite)."""
+    (then it trains as dense does, so a resumed run can finish the same suite). With `at_density`,
+    only the case at that density hangs; the others train as dense does."""
+
+    @dataclasses.dataclass
+    class Params:
+        at_density: float = 0.0  # 0: at every density
 
     def train_segment(self, batches: Any, steps: int) -> Any:
+        if self.params.at_density and self.target_density != self.params.at_density:
+            return super().train_segment(batches, steps)
         hang_file = os.environ.get("DSTBENCH_FAULT_HANG_FILE")
         if hang_file is None:
             time.sleep(3600)

@@ -1,0 +1,163 @@
+"""Contention on record: what the machine did to each timed segment, and a rule for starved ones.
+
+Per segment (`SegmentNoise`, a context manager outside the segment's timer):
+
+- `cpu_share`: the process's CPU time (every thread) / (wall time x the threads that should have
+  been busy): the intra-op threads on the CPU, the one host thread that launches and waits on
+  CUDA or MPS. A training step on an idle machine keeps them busy (OpenMP's workers spin between
+  ops); a step that shares cores with another process is descheduled part of the time.
+- `involuntary_switches`: times the kernel took a core from the process (preemptions).
+- `gpu_other_processes` (CUDA with NVML): processes on the GPU besides the case's own group.
+
+Per case: the load average (1, 5, 15 min) before the first and after the last segment.
+
+`assess` applies the rule (README, "How a case is measured"): on the CPU a segment is *starved*
+when its `cpu_share` is below `STARVED_CPU_SHARE`; on CUDA when another process held the GPU at
+its start or end (the CPU-share threshold is not calibrated for a host thread that waits on a
+GPU, so there it is recorded, not judged). A case is *contended* when at least
+`CONTENDED_FRACTION` of its segments are starved: fewer move a median (of segment times or of
+paired ratios) too little to matter.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from types import TracebackType
+from typing import Any, Iterable
+
+import torch
+
+from dstbench.trackers import nvml
+
+# Measured on this project's 2-core machine (README, "How a case is measured"): segments on idle
+# cores showed cpu_share 0.93-1.0; with a busy loop on one of the two cores 0.5-0.75.
+STARVED_CPU_SHARE = 0.85
+CONTENDED_FRACTION = 0.25
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+class SegmentNoise:
+    """Measures one segment's contention; `sample` holds the figures after the block."""
+
+    def __init__(self, device: torch.device, threads: int, group_pids: Iterable[int] = ()) -> None:
+        self.device = torch.device(device)
+        # The threads that should be busy: the intra-op team on the CPU, the launching thread else.
+        self.busy_threads = threads if self.device.type == "cpu" else 1
+        self.group_pids = set(group_pids) | {os.getpid()}
+        self.sample: dict[str, Any] = {}
+
+    def _gpu_others(self) -> int | None:
+        if self.device.type != "cuda":
+            return None
+        pids = nvml.process_ids(nvml.index_of(self.device))
+        if pids is None:
+            return None
+        if not self.group_pids & set(pids):
+            # NVML reports another pid namespace's ids (a container): count past the group's size.
+            return max(0, len(pids) - len(self.group_pids))
+        return len(set(pids) - self.group_pids)
+
+    def __enter__(self) -> "SegmentNoise":
+        self._others = self._gpu_others()
+        self._usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._cpu = time.process_time()
+        self._wall = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        wall = time.perf_counter() - self._wall
+        cpu = time.process_time() - self._cpu
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        if exc_type is not None:
+            return
+        others = [x for x in (self._others, self._gpu_others()) if x is not None]
+        self.sample = {
+            "cpu_share": round(cpu / (wall * self.busy_threads), 4) if wall > 0 else None,
+            "involuntary_switches": int(usage.ru_nivcsw - self._usage.ru_nivcsw),
+            "gpu_other_processes": max(others) if others else None,
+        }
+
+
+class NoiseRecord:
+    """A case's `noise` field, built segment by segment."""
+
+    def __init__(self, device: torch.device, threads: int) -> None:
+        self.device = torch.device(device)
+        self.threads = threads
+        self.samples: list[dict[str, Any]] = []
+        self.loadavg_start: list[float] | None = None
+        self.loadavg_end: list[float] | None = None
+
+    def segment(self, group_pids: Iterable[int] = ()) -> SegmentNoise:
+        if self.loadavg_start is None:
+            self.loadavg_start = _loadavg()
+        return SegmentNoise(self.device, self.threads, group_pids)
+
+    def add(self, meter: SegmentNoise) -> None:
+        self.samples.append(meter.sample)
+        self.loadavg_end = _loadavg()
+
+    def to_dict(self) -> dict[str, Any]:
+        noise: dict[str, Any] = {
+            "threads": self.threads,
+            "busy_threads": self.threads if self.device.type == "cpu" else 1,
+            "cpu_share": [s.get("cpu_share") for s in self.samples],
+            "involuntary_switches": [s.get("involuntary_switches") for s in self.samples],
+            "loadavg_start": self.loadavg_start,
+            "loadavg_end": self.loadavg_end,
+        }
+        if self.device.type == "cuda":
+            noise["gpu_other_processes"] = [s.get("gpu_other_processes") for s in self.samples]
+        return assess(noise, self.device.type)
+
+
+def starved(noise: dict[str, Any], device_type: str) -> list[bool]:
+    """Which segments the rule calls starved (see the module docstring)."""
+    shares = list(noise.get("cpu_share") or [])
+    if device_type == "cuda":
+        others = list(noise.get("gpu_other_processes") or [None] * len(shares))
+        return [bool(o) for o in others]
+    if device_type != "cpu":
+        return [False] * len(shares)
+    return [s is not None and s < STARVED_CPU_SHARE for s in shares]
+
+
+def rule_text(device_type: str) -> str:
+    if device_type == "cuda":
+        return f"starved: another process on the GPU; contended: >= {CONTENDED_FRACTION:.0%} of segments starved"
+    if device_type == "cpu":
+        return f"starved: cpu_share < {STARVED_CPU_SHARE:g}; contended: >= {CONTENDED_FRACTION:.0%} of segments starved"
+    return f"no rule on {device_type}: recorded only"
+
+
+def assess(noise: dict[str, Any], device_type: str) -> dict[str, Any]:
+    """`noise` with `starved` (per segment), `starved_segments`, `contended` and the `rule` applied."""
+    flags = starved(noise, device_type)
+    count = sum(flags)
+    return {
+        **noise,
+        "starved": flags,
+        "starved_segments": count,
+        "contended": bool(flags) and count >= CONTENDED_FRACTION * len(flags),
+        "rule": rule_text(device_type),
+    }
+
+
+def contention_warning(noise: dict[str, Any] | None) -> str | None:
+    """The result line's `warnings` entry for a contended case, or None."""
+    if not noise or not noise.get("contended"):
+        return None
+    shares = sorted(s for s in noise.get("cpu_share") or [] if s is not None)
+    median = f"; median cpu_share {shares[len(shares) // 2]:.2f}" if shares else ""
+    return (
+        f"contended: {noise['starved_segments']} of {len(noise.get('starved') or [])} segments starved "
+        f"({noise.get('rule')}{median}); its times include waiting for the CPU or GPU"
+    )
