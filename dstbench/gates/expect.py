@@ -6,7 +6,9 @@
 
 `method` is a glob over method labels; `density` narrows to one density (default: all). Relative
 metrics compare each matching case with `vs` at the same density (a dense `vs` at 1.0). A failed
-expectation says which case and by how much.
+expectation says which case and by how much. A speedup expectation may bound an end of its 95%
+interval instead of the estimate (`bound: ci_low` or `ci_high`): `min` with `ci_low` holds when the
+whole interval clears it, `max` with `ci_high` when the whole interval stays under it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "to
 # Metrics measured against another method; `topology_share` is derived but is the case's own.
 RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
 DEFAULT_DENSITY_TOLERANCE = 0.01
+# The derived column each `bound` of a speedup expectation reads.
+BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
 
 
 @dataclasses.dataclass
@@ -60,7 +64,7 @@ def _value(
     exp: Expectation, vs: str, row: pd.Series, derived: pd.DataFrame, frame: pd.DataFrame
 ) -> tuple[float | None, str]:
     if exp.metric in DERIVED:
-        value = derived.loc[row.name, exp.metric]
+        value = derived.loc[row.name, BOUND_COLUMNS[exp.bound] if exp.metric == "speedup" else exp.metric]
         if present(value):
             return float(value), ""
         if exp.metric == "topology_share":
@@ -155,7 +159,8 @@ def describe(outcome: Outcome, reference: str) -> str:
     """`PASS|FAIL  metric case [vs method]: value and bounds (and by how much it missed)`."""
     exp = outcome.expectation
     vs = f" vs {comparison_method(exp, reference)}" if exp.metric in RELATIVE else ""
-    return f"{'PASS' if outcome.passed else 'FAIL'}  {exp.metric} {outcome.case}{vs}: {outcome.message}"
+    bound = f" ({exp.bound.replace('_', ' ')} of its 95% CI)" if exp.bound != "value" else ""
+    return f"{'PASS' if outcome.passed else 'FAIL'}  {exp.metric}{bound} {outcome.case}{vs}: {outcome.message}"
 
 
 def check_run(run_dir: str | Path) -> tuple[SuiteConfig, list[Outcome]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
-from dstbench.report.derive import data_loading, derive, headline, load_frame
+from dstbench.report.derive import data_loading, derive, headline, load_frame, run_warnings
 from dstbench.rundir import RunDirError, require_results, run_reference
 
 
@@ -36,9 +36,10 @@ def headline_text(derived: pd.DataFrame) -> str:
     lines = []
     if h["speedup"]:
         s = h["speedup"]
+        basis = f", {s['basis']}" if s.get("basis") else ""
         lines.append(
             f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
-            f"95% CI [{s['ci_low']:.2f}, {s['ci_high']:.2f}])"
+            f"95% CI [{s['ci_low']:.2f}, {s['ci_high']:.2f}]{basis}{', contended' if s.get('contended') else ''})"
         )
     if h["memory"]:
         m = h["memory"]
@@ -47,6 +48,7 @@ def headline_text(derived: pd.DataFrame) -> str:
     loading = data_loading(derived)
     if loading:
         lines.append(f"data loading: {' | '.join(loading)}")
+    lines += [f"WARNING {w}" for w in run_warnings(derived)]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from dstbench.report.derive import data_loading, headline
+from dstbench.report.derive import data_loading, headline, run_warnings
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
 from dstbench.rundir import SUITE_FILE, load_run_meta
@@ -49,6 +49,7 @@ class Page:
     devices: list[str]
     version: str
     data_loading: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # contended cases, implausible figures: the banner
     nav: list[Link] = field(default_factory=list)
     files: list[Link] = field(default_factory=list)
 
@@ -112,6 +113,7 @@ def build_page(
         devices=devices(derived),
         version=dstbench_version(),
         data_loading=data_loading(derived),
+        warnings=run_warnings(derived),
     )
 
 

@@ -25,11 +25,12 @@ import os
 import resource
 import time
 from types import TracebackType
-from typing import Any, Iterable
-
-import torch
+from typing import TYPE_CHECKING, Any, Iterable
 
 from dstbench.trackers import nvml
+
+if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without importing torch
+    import torch
 
 # Measured on this project's 2-core machine (README, "How a case is measured"): segments on idle
 # cores showed cpu_share 0.93-1.0; with a busy loop on one of the two cores 0.5-0.75.
@@ -48,9 +49,9 @@ class SegmentNoise:
     """Measures one segment's contention; `sample` holds the figures after the block."""
 
     def __init__(self, device: torch.device, threads: int, group_pids: Iterable[int] = ()) -> None:
-        self.device = torch.device(device)
+        self.device = device
         # The threads that should be busy: the intra-op team on the CPU, the launching thread else.
-        self.busy_threads = threads if self.device.type == "cpu" else 1
+        self.busy_threads = threads if device.type == "cpu" else 1
         self.group_pids = set(group_pids) | {os.getpid()}
         self.sample: dict[str, Any] = {}
 
@@ -90,7 +91,7 @@ class NoiseRecord:
     """A case's `noise` field, built segment by segment."""
 
     def __init__(self, device: torch.device, threads: int) -> None:
-        self.device = torch.device(device)
+        self.device = device
         self.threads = threads
         self.samples: list[dict[str, Any]] = []
         self.loadavg_start: list[float] | None = None

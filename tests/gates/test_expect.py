@@ -51,6 +51,20 @@ def test_speedup_passes_and_fails_by_how_much() -> None:
     assert _lines_of([bad]) == ["FAIL  speedup barter@0.1 vs rigl: 4 < min 5 (short by 1)"]
 
 
+def test_speedup_may_gate_on_an_end_of_its_interval() -> None:
+    # barter's samples are rigl's / 4 with their spread: the interval is narrow around 4 but not a point.
+    lines = _lines()
+    lines[2]["segment_ms"] = scaled(BASE_MS[::-1], 0.25)
+    [low] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.99, "bound": "ci_low"}], lines)
+    [point] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.99}], lines)
+    assert point.passed and not low.passed and low.value < point.value
+    assert _lines_of([low])[0].startswith("FAIL  speedup (ci low of its 95% CI) barter@0.1 vs rigl: ")
+    [high] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "max": 4.5, "bound": "ci_high"}], lines)
+    assert high.passed and high.value > point.value
+    with pytest.raises(SuiteError, match="expect.0.bound: only speedup"):
+        parse_suite(_suite([{"metric": "state_ratio", "method": "barter", "max": 1, "bound": "ci_low"}]))
+
+
 def test_memory_reduction_and_max_bound() -> None:
     [ok] = _check([{"metric": "memory_reduction", "method": "barter", "density": 0.1, "min": 0.75}])
     assert ok.passed and ok.value == pytest.approx(0.8)
