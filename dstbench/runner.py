@@ -26,6 +26,7 @@ from dstbench.cases import Case
 from dstbench.config import SuiteConfig, parse_suite
 from dstbench.data import speed_batches
 from dstbench.env import gpu_snapshot, static_env
+from dstbench.groups import new_group_id
 from dstbench.method import Method, synchronize
 from dstbench.results import CaseResult
 from dstbench.trackers import (
@@ -222,12 +223,15 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
     """Run one case alone, start to end, and return its result; exceptions propagate (see
     `execute_case`). A group of one: the launchers' scheduler drives the same session."""
     session = CaseSession(task, progress)
+    group = new_group_id(session.case.case_id)
     with use_threads(session.threads):
         try:
             session.open()
             for index in range(session.segments):
-                session.segment(SegmentTag(group=f"{session.case.case_id}/alone", round=index, group_pids=(os.getpid(),)))
-            return session.finish()
+                session.segment(SegmentTag(group=group, round=index, group_pids=(os.getpid(),)))
+            result = session.finish()
+            result.groups = [group]
+            return result
         finally:
             session.close()
 
