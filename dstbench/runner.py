@@ -141,7 +141,7 @@ class CaseSession:
             # other cases run between this one's segments, so each segment is its own window.
             self._spanning_energy = len(set(tag.group_pids) - {os.getpid()}) == 0
             if self._spanning_energy:
-                self._energy.__enter__()
+                self._trackers.enter_context(self._energy)  # left with the peaks, in `finish`
         started = time.time()
         with self._noise.segment(tag.group_pids) as noise:
             with contextlib.nullcontext() if self._spanning_energy else self._energy:
@@ -159,9 +159,7 @@ class CaseSession:
     def _speed_figures(self) -> None:
         suite, result, method, timing = self.suite, self.result, self.method, self.suite.timing
         assert method is not None
-        if self._spanning_energy:
-            self._energy.__exit__(None, None, None)
-        self._trackers.close()  # allocator and RSS peaks over the timed segments
+        self._trackers.close()  # allocator and RSS peaks (and a spanning energy window) over the segments
         samples = result.segment_ms
         timed_steps = len(samples) * timing.segment_steps
         if samples:
