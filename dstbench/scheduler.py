@@ -111,11 +111,10 @@ def run_groups(
     while queue:
         group = queue.pop(0)
         if not hasattr(launcher, "open"):
-            for case in group.cases:  # torchrun: each case whole, alone
-                group_id = new_group_id(case.case_id)
+            for case in group.cases:  # torchrun: each case whole, alone (its ranks name their group)
                 result = launcher.run(tasks[case.case_id], progress_for(case))
-                result.groups = [group_id]
-                yield GroupRun(Group(case.case_id, (case,)), group_id, [result])
+                result.groups = result.groups or [new_group_id(case.case_id)]
+                yield GroupRun(Group(case.case_id, (case,)), result.groups[0], [result])
             continue
         group_id = new_group_id(group.key)
         timed = _time_group(launcher, group, group_id, tasks, progress_for)
