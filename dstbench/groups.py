@@ -36,7 +36,7 @@ from dstbench.trackers.latency import summarize_ms
 from dstbench.trackers.noise import assess, contention_warning
 
 SEGMENT_LISTS = ("segment_ms", "segment_group", "segment_round", "segment_start_s")
-NOISE_LISTS = ("cpu_share", "involuntary_switches", "gpu_other_processes")
+NOISE_LISTS = ("cpu_share", "wait_share", "involuntary_switches", "gpu_other_processes")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,20 +3,23 @@
 Per segment (`SegmentNoise`, a context manager outside the segment's timer):
 
 - `cpu_share`: the process's CPU time (every thread) / (wall time x the threads that should have
-  been busy): the intra-op threads on the CPU, the one host thread that launches and waits on
-  CUDA or MPS. A training step on an idle machine keeps them busy (OpenMP's workers spin between
-  ops); a step that shares cores with another process is descheduled part of the time.
+  been busy: the intra-op threads on the CPU, the one host thread that launches and waits on CUDA
+  or MPS).
+- `wait_share` (Linux): the time the process's threads sat runnable on a run queue waiting for a
+  core (`/proc/self/task/*/schedstat`, summed over threads) / (wall time x those threads). It counts
+  only time taken by others: a thread that sleeps (OpenMP's passive wait, a GPU sync that blocks)
+  is not waiting for a core.
 - `involuntary_switches`: times the kernel took a core from the process (preemptions).
 - `gpu_other_processes` (CUDA with NVML): processes on the GPU besides the case's own group.
 
 Per case: the load average (1, 5, 15 min) before the first and after the last segment.
 
-`assess` applies the rule (README, "How a case is measured"): on the CPU a segment is *starved*
-when its `cpu_share` is below `STARVED_CPU_SHARE`; on CUDA when another process held the GPU at
-its start or end (the CPU-share threshold is not calibrated for a host thread that waits on a
-GPU, so there it is recorded, not judged). A case is *contended* when at least
-`CONTENDED_FRACTION` of its segments are starved: fewer move a median (of segment times or of
-paired ratios) too little to matter.
+`assess` applies the rule (README, "How a case is measured"). A segment is *starved* when its
+`wait_share` exceeds `STARVED_WAIT_SHARE`; where the kernel gives no run-queue figures, on the CPU
+when its `cpu_share` is below `STARVED_CPU_SHARE` (valid with OpenMP's default, spinning wait
+only: a passive wait lowers it on an idle machine too); on CUDA also when another process held the
+GPU at its start or end. A case is *contended* when at least `CONTENDED_FRACTION` of its segments
+are starved: fewer move a median (of segment times or of paired ratios) too little to matter.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -32,10 +36,13 @@ from dstbench.trackers import nvml
 if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without importing torch
     import torch
 
-# Measured on this project's 2-core machine (README, "How a case is measured"): segments on idle
-# cores showed cpu_share 0.93-1.0; with a busy loop on one of the two cores 0.5-0.75.
+# Measured with the smoke suite's rigl@0.1 and barter@0.1 on this project's 2-core machine (README,
+# "How a case is measured"): idle, two threads: cpu_share 0.98-1.00; one busy loop on one of the two
+# cores: 0.60-0.75; OMP_WAIT_POLICY=PASSIVE, idle: 0.76, busy: 0.50; wait_share: see README.
+STARVED_WAIT_SHARE = 0.10
 STARVED_CPU_SHARE = 0.85
 CONTENDED_FRACTION = 0.25
+_TASKS = Path("/proc/self/task")
 
 
 def _loadavg() -> list[float] | None:
@@ -43,6 +50,21 @@ def _loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def run_queue_wait_ns() -> dict[str, int] | None:
+    """Nanoseconds each thread of this process has spent runnable but not running, by thread id
+    (schedstat's second field); None where the kernel does not say."""
+    waits = {}
+    try:
+        for task in os.listdir(_TASKS):
+            try:
+                waits[task] = int((_TASKS / task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended meanwhile
+    except OSError:
+        return None
+    return waits or None
 
 
 class SegmentNoise:
@@ -69,6 +91,7 @@ class SegmentNoise:
     def __enter__(self) -> "SegmentNoise":
         self._others = self._gpu_others()
         self._usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._waits = run_queue_wait_ns()
         self._cpu = time.process_time()
         self._wall = time.perf_counter()
         return self
@@ -76,12 +99,18 @@ class SegmentNoise:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         wall = time.perf_counter() - self._wall
         cpu = time.process_time() - self._cpu
+        waits = run_queue_wait_ns()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         if exc_type is not None:
             return
         others = [x for x in (self._others, self._gpu_others()) if x is not None]
+        wait_share = None
+        if waits is not None and self._waits is not None and wall > 0:
+            waited = sum(ns - self._waits.get(task, 0) for task, ns in waits.items())
+            wait_share = round(waited / 1e9 / (wall * self.busy_threads), 4)
         self.sample = {
             "cpu_share": round(cpu / (wall * self.busy_threads), 4) if wall > 0 else None,
+            "wait_share": wait_share,
             "involuntary_switches": int(usage.ru_nivcsw - self._usage.ru_nivcsw),
             "gpu_other_processes": max(others) if others else None,
         }
@@ -111,6 +140,7 @@ class NoiseRecord:
             "threads": self.threads,
             "busy_threads": self.threads if self.device.type == "cpu" else 1,
             "cpu_share": [s.get("cpu_share") for s in self.samples],
+            "wait_share": [s.get("wait_share") for s in self.samples],
             "involuntary_switches": [s.get("involuntary_switches") for s in self.samples],
             "loadavg_start": self.loadavg_start,
             "loadavg_end": self.loadavg_end,
@@ -120,23 +150,38 @@ class NoiseRecord:
         return assess(noise, self.device.type)
 
 
+def _uses_wait_share(noise: dict[str, Any]) -> bool:
+    waits = noise.get("wait_share") or []
+    return bool(waits) and all(w is not None for w in waits)
+
+
 def starved(noise: dict[str, Any], device_type: str) -> list[bool]:
     """Which segments the rule calls starved (see the module docstring)."""
     shares = list(noise.get("cpu_share") or [])
+    if _uses_wait_share(noise):
+        flags = [w > STARVED_WAIT_SHARE for w in noise["wait_share"]]
+    elif device_type == "cpu":
+        flags = [s is not None and s < STARVED_CPU_SHARE for s in shares]
+    else:
+        flags = [False] * len(shares)
     if device_type == "cuda":
-        others = list(noise.get("gpu_other_processes") or [None] * len(shares))
-        return [bool(o) for o in others]
-    if device_type != "cpu":
-        return [False] * len(shares)
-    return [s is not None and s < STARVED_CPU_SHARE for s in shares]
+        others = list(noise.get("gpu_other_processes") or [None] * len(flags))
+        flags = [f or bool(o) for f, o in zip(flags, others)]
+    return flags
 
 
-def rule_text(device_type: str) -> str:
+def rule_text(noise: dict[str, Any], device_type: str) -> str:
+    if _uses_wait_share(noise):
+        rule = f"wait_share > {STARVED_WAIT_SHARE:g}"
+    elif device_type == "cpu":
+        rule = f"cpu_share < {STARVED_CPU_SHARE:g}"
+    else:
+        rule = ""
     if device_type == "cuda":
-        return f"starved: another process on the GPU; contended: >= {CONTENDED_FRACTION:.0%} of segments starved"
-    if device_type == "cpu":
-        return f"starved: cpu_share < {STARVED_CPU_SHARE:g}; contended: >= {CONTENDED_FRACTION:.0%} of segments starved"
-    return f"no rule on {device_type}: recorded only"
+        rule = " or ".join(r for r in (rule, "another process on the GPU") if r)
+    if not rule:
+        return f"no rule on {device_type} without run-queue figures: recorded only"
+    return f"starved: {rule}; contended: >= {CONTENDED_FRACTION:.0%} of segments starved"
 
 
 def assess(noise: dict[str, Any], device_type: str) -> dict[str, Any]:
@@ -148,7 +193,7 @@ def assess(noise: dict[str, Any], device_type: str) -> dict[str, Any]:
         "starved": flags,
         "starved_segments": count,
         "contended": bool(flags) and count >= CONTENDED_FRACTION * len(flags),
-        "rule": rule_text(device_type),
+        "rule": rule_text(noise, device_type),
     }
 
 
@@ -156,8 +201,9 @@ def contention_warning(noise: dict[str, Any] | None) -> str | None:
     """The result line's `warnings` entry for a contended case, or None."""
     if not noise or not noise.get("contended"):
         return None
-    shares = sorted(s for s in noise.get("cpu_share") or [] if s is not None)
-    median = f"; median cpu_share {shares[len(shares) // 2]:.2f}" if shares else ""
+    key = "wait_share" if _uses_wait_share(noise) else "cpu_share"
+    values = sorted(v for v in noise.get(key) or [] if v is not None)
+    median = f"; median {key} {values[len(values) // 2]:.2f}" if values else ""
     return (
         f"contended: {noise['starved_segments']} of {len(noise.get('starved') or [])} segments starved "
         f"({noise.get('rule')}{median}); its times include waiting for the CPU or GPU"
