@@ -52,13 +52,18 @@ def figures(run_dir: Path, method: str, vs: str, density: float) -> dict[str, An
     cases = {}
     for _, row in derived.iterrows():
         noise = row.get("noise") if isinstance(row.get("noise"), dict) else {}
-        shares = sorted(s for s in noise.get("cpu_share") or [] if s is not None)
+
+        def median(key: str) -> float | None:
+            values = sorted(v for v in noise.get(key) or [] if v is not None)
+            return values[len(values) // 2] if values else None
+
         cases[row["case_id"]] = {
             "status": row["status"],
             "median_ms": None if row.get("median_ms") != row.get("median_ms") else row.get("median_ms"),
             "contended": bool(noise.get("contended")),
             "starved_segments": noise.get("starved_segments"),
-            "median_cpu_share": shares[len(shares) // 2] if shares else None,
+            "median_cpu_share": median("cpu_share"),
+            "median_wait_share": median("wait_share"),
         }
     rows = derived[(derived["method"] == method) & (abs(derived["density"].astype(float) - density) < 1e-9)]
     speed = None
@@ -94,14 +99,18 @@ def markdown(summary: dict[str, Any]) -> str:
         ci = f" [{sp['speedup_ci_low']:.2f}, {sp['speedup_ci_high']:.2f}]" if sp.get("speedup_ci_low") is not None else ""
         value = f"{sp['speedup']:.2f}x{ci} ({sp.get('basis')})" if sp.get("speedup") is not None else "—"
         lines.append(f"- {name}: speedup {value}; run `{summary[name]['run']}`")
-    lines += ["", "| case | quiet ms | loaded ms | loaded median cpu_share | contended |", "| --- | ---: | ---: | ---: | --- |"]
+    lines += ["", "| case | quiet ms | contended | loaded ms | median cpu_share | median wait_share | contended |",
+              "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
     for case, figs in summary["loaded"]["cases"].items():
         base = summary["quiet"]["cases"].get(case, {})
         fmt = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
-        lines.append(f"| {case} | {fmt(base.get('median_ms'), '.1f')} | {fmt(figs['median_ms'], '.1f')} | "
-                     f"{fmt(figs['median_cpu_share'], '.2f')} | {'yes' if figs['contended'] else 'no'} |")
+        lines.append(f"| {case} | {fmt(base.get('median_ms'), '.1f')} | {'yes' if base.get('contended') else 'no'} | "
+                     f"{fmt(figs['median_ms'], '.1f')} | {fmt(figs['median_cpu_share'], '.2f')} | "
+                     f"{fmt(figs['median_wait_share'], '.2f')} | {'yes' if figs['contended'] else 'no'} |")
     v = summary["verdict"]
     change = "—" if v["speedup_change"] is None else f"{v['speedup_change'] * 100:+.1f}%"
+    if any(c.get("contended") for c in summary["quiet"]["cases"].values()):
+        lines += ["", "The quiet run has contended cases: the machine was not quiet; run it again."]
     lines += ["", f"Speedup change {change}; cases moved by more than {s['tolerance']:.0%}: "
               f"{', '.join(v['affected']) or 'none'}; of those not flagged: {', '.join(v['affected_unflagged']) or 'none'}.",
               f"**{'PASS' if v['passed'] else 'FAIL'}**", ""]

@@ -37,8 +37,9 @@ if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without i
     import torch
 
 # Measured with the smoke suite's rigl@0.1 and barter@0.1 on this project's 2-core machine (README,
-# "How a case is measured"): idle, two threads: cpu_share 0.98-1.00; one busy loop on one of the two
-# cores: 0.60-0.75; OMP_WAIT_POLICY=PASSIVE, idle: 0.76, busy: 0.50; wait_share: see README.
+# "How a case is measured"), two threads: idle, wait_share 0.001-0.02 and cpu_share 0.98-1.00; a
+# busy loop on one of the two cores, wait_share 0.26-0.66 and cpu_share 0.35-0.75; idle with
+# OMP_WAIT_POLICY=PASSIVE, wait_share 0.0002-0.03 but cpu_share 0.72-0.77.
 STARVED_WAIT_SHARE = 0.10
 STARVED_CPU_SHARE = 0.85
 CONTENDED_FRACTION = 0.25
