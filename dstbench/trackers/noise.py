@@ -171,7 +171,8 @@ def starved(noise: dict[str, Any], device_type: str) -> list[bool]:
     return flags
 
 
-def rule_text(noise: dict[str, Any], device_type: str) -> str:
+def criterion(noise: dict[str, Any], device_type: str) -> str:
+    """What makes a segment starved here, e.g. "wait_share > 0.1" ("" where nothing can)."""
     if _uses_wait_share(noise):
         rule = f"wait_share > {STARVED_WAIT_SHARE:g}"
     elif device_type == "cpu":
@@ -180,6 +181,11 @@ def rule_text(noise: dict[str, Any], device_type: str) -> str:
         rule = ""
     if device_type == "cuda":
         rule = " or ".join(r for r in (rule, "another process on the GPU") if r)
+    return rule
+
+
+def rule_text(noise: dict[str, Any], device_type: str) -> str:
+    rule = criterion(noise, device_type)
     if not rule:
         return f"no rule on {device_type} without run-queue figures: recorded only"
     return f"starved: {rule}; contended: >= {CONTENDED_FRACTION:.0%} of segments starved"
@@ -204,8 +210,7 @@ def contention_warning(noise: dict[str, Any] | None) -> str | None:
         return None
     key = "wait_share" if _uses_wait_share(noise) else "cpu_share"
     values = sorted(v for v in noise.get(key) or [] if v is not None)
-    median = f"; median {key} {values[len(values) // 2]:.2f}" if values else ""
-    return (
-        f"contended: {noise['starved_segments']} of {len(noise.get('starved') or [])} segments starved "
-        f"({noise.get('rule')}{median}); its times include waiting for the CPU or GPU"
-    )
+    median = f", median {key} {values[len(values) // 2]:.2f}" if values else ""
+    rule = noise.get("rule", "")
+    rule = rule.removeprefix("starved: ").split(";")[0]
+    return f"contended: {noise['starved_segments']} of {len(noise.get('starved') or [])} segments starved ({rule}{median})"

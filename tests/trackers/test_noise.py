@@ -24,7 +24,7 @@ def test_rule_marks_starved_segments_and_contended_cases() -> None:
     assert not passive["contended"] and passive["rule"].startswith("starved: wait_share >")
     waiting = assess({"cpu_share": [0.99] * 4, "wait_share": [0.3, 0.25, 0.01, 0.4]}, "cpu")
     assert waiting["starved"] == [True, True, False, True] and waiting["contended"]
-    assert "median wait_share 0.30" in contention_warning(waiting)
+    assert contention_warning(waiting) == "contended: 3 of 4 segments starved (wait_share > 0.1, median wait_share 0.30)"
     # Without them (not Linux), cpu_share on the CPU.
     quiet = assess({"cpu_share": [0.97, 0.99, 0.95, 0.98]}, "cpu")
     assert quiet["starved"] == [False] * 4 and not quiet["contended"] and contention_warning(quiet) is None
