@@ -120,9 +120,11 @@ def strip_group(line: dict[str, Any], base: str) -> dict[str, Any] | None:
     ids = [g for g in line.get("groups") or [] if base_key(g) != base]
     if not ids:
         return None
-    out = dict(line, groups=ids)
     if line.get("status") != "ok":
-        return out
+        # A failed line holds no samples and may have failed in this very group: timed again, the
+        # group's result replaces it (a later --resume times the other groups again).
+        return None if len(ids) < len(line.get("groups") or []) else line
+    out = dict(line, groups=ids)
     groups = list(line.get("segment_group") or [])
     keep = [i for i, g in enumerate(groups) if base_key(g) != base]
     for key in SEGMENT_LISTS:

@@ -101,7 +101,9 @@ def test_a_shared_case_keeps_every_groups_segments_and_drops_a_retimed_groups() 
     assert merged.segment_ms == [10.0, 11.0, 12.0, 13.0] and merged.segment_group[-1] == "d=0.1#ccc"
     assert merged.median_ms == pytest.approx(11.5) and len(merged.noise["starved"]) == 4
     failed = CaseResult.from_dict({**_line("dense@1", ["d=0.1#ddd"], []), "status": "crash", "error": "boom"})
-    assert merge_shared(stripped, failed).status == "crash"
+    crashed = merge_shared(stripped, failed)
+    assert crashed.status == "crash" and crashed.groups == ["d=0.5#aaa", "d=0.1#ddd"]
+    assert strip_group(crashed.to_dict(), "d=0.1") is None  # timed again, d=0.1's result replaces the failure
     lines = {"dense@1": stripped}
     group = plan_groups([Case("dense", "dense", "dense", 1.0), Case("rigl", "rigl", "masked", 0.1)], "rigl", interleave=True)[0]
     assert not group_done(group, lines, {"dense@1"})  # dense lacks d=0.1 and rigl has no line
