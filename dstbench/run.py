@@ -203,7 +203,7 @@ def run_cases(
     results = []
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task("cases", total=sum(len(g.cases) for g in groups), detail="")
+        overall = progress.add_task("cases", total=len(cases), detail="")
 
         def progress_for(case: Case) -> Callable[[str, int, int], None]:
             label = f"case {index[case.case_id]}/{len(cases)} {case.case_id}"
@@ -215,10 +215,13 @@ def run_cases(
             return on_progress
 
         written_ids: set[str] = set()
+        counted: set[str] = set()  # dense is printed after each of its groups, counted once
         for timed in run_groups(launcher, groups, tasks, progress_for, suite.reference):
             written = write_group(run_dir, timed, shared, written_ids)
             for result in written:
-                progress.advance(overall)
+                if result.case_id not in counted:
+                    counted.add(result.case_id)
+                    progress.advance(overall)
                 label = f"case {index.get(result.case_id, '?')}/{len(cases)} {result.case_id}"
                 console.print(f"{escape(label)}: {_status_line(result)}")
             results += written
