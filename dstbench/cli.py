@@ -96,22 +96,27 @@ def print_run_summary(run_dir: Path, console: Console, selection: Selection | No
     from dstbench.coverage import run_coverage
     from dstbench.gates.expect import check_run, describe, summary
     from dstbench.report.cli import choose_reference
-    from dstbench.report.derive import derive, load_frame
+    from dstbench.report.derive import derive, load_frame, run_warnings
     from dstbench.report.tables import summary_table
 
     suite, outcomes = check_run(run_dir)
     frame = load_frame([run_dir])
+    warnings: list[str] = []
     if frame.empty:
         print("(no results)")
     else:
         # The reference as `dstbench report` picks it, so the two tables always agree.
         reference, _ = choose_reference(frame, [str(run_dir)], None)
-        print(summary_table(derive(frame, reference), reference))
+        derived = derive(frame, reference)
+        print(summary_table(derived, reference))
+        warnings = run_warnings(derived)
     print(f"\nresults: {run_dir / RESULTS_FILE}")
     coverage = run_coverage(run_dir)
     if coverage is not None and not coverage.complete:
         console.print(f"incomplete run: {coverage.summary()}", style="red", highlight=False, markup=False, soft_wrap=True)
     styles = {"PASS": None, "FAIL": "red", "SKIPPED": "yellow"}
+    for warning in warnings:  # contended cases and implausible figures, named
+        console.print(f"WARNING  {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     for outcome in outcomes:
         # soft_wrap: one line per expectation however narrow the terminal, so CI logs stay grep-able.
         console.print(
@@ -325,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT", help="memory change, in percent, that counts (exact: no test)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the time test (Mann-Whitney U)")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
-    p.add_argument("--strict", action="store_true", help="a different GPU, torch or device is an error (exit 2)")
+    p.add_argument("--strict", action="store_true", help="a different GPU, torch or device is an error (exit 2); an inconclusive case fails (exit 1)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
     p.set_defaults(func=_lazy("dstbench.gates.compare"))
 

@@ -126,6 +126,11 @@ class TimingConfig(Strict):
     # Training length the methods' schedules assume (t_end is a fraction of it). Default: every
     # step the case runs, warmup included.
     total_steps: PositiveInt | None = None
+    # The cases compared with each other (every method at one density, plus dense) time their
+    # segments in rounds, one segment each in turn, each case in its own live process, and
+    # speedups come from per-round paired ratios (dstbench.scheduler). False: one case after
+    # another. How segments are ordered, not what a case measures: left out of `setup_hash`.
+    interleave: bool = True
 
     @property
     def schedule_steps(self) -> int:
@@ -157,6 +162,9 @@ class Expectation(Strict):
     min: float | None = None
     max: float | None = None
     tolerance: float | None = Field(None, ge=0)  # density_achieved only
+    # speedup only: which figure `min` and `max` bound: the estimate, or an end of its 95% CI
+    # (`ci_low` with `min`: the whole interval clears the bound; README, "Expectations").
+    bound: Literal["value", "ci_low", "ci_high"] = "value"
 
     @property
     def is_glob(self) -> bool:
@@ -212,6 +220,9 @@ class SuiteConfig(Strict):
     # backward (dstbench.fused); a harness option, applied to every method alike.
     fuse_norms: bool = False
     mode: Literal["speed", "accuracy", "both"] = "speed"
+    # Intra-op threads of every case process (torch.set_num_threads); default: the cores in the
+    # process's affinity mask (`taskset` narrows it). Recorded in each result's `env`.
+    threads: PositiveInt | None = None
     timing: TimingConfig = TimingConfig()
     accuracy: AccuracyConfig = AccuracyConfig()
     methods: list[MethodSpec] = Field(min_length=1)  # a bare name is allowed
@@ -379,6 +390,8 @@ class SuiteConfig(Strict):
         allowed_densities = sorted(set(self.densities) | ({1.0} if has_dense else set()))
         for index, exp in enumerate(self.expect):
             where = f"expect.{index}"
+            if exp.bound != "value" and exp.metric != "speedup":
+                raise ValueError(f"{where}.bound: only speedup has a confidence interval, not {exp.metric}")
             if exp.metric != "density_achieved":
                 if exp.tolerance is not None:
                     raise ValueError(f"{where}.tolerance: only for metric density_achieved, not {exp.metric}")
@@ -412,6 +425,12 @@ class SuiteConfig(Strict):
         measured = self.model_dump(
             mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "fuse_norms", "mode", "timing", "accuracy"}
         )
+        # Segment order is not a setting of the measurement (interleaved and sequential runs
+        # compare); a thread count is, but only an explicit one enters, so suites that leave it at
+        # its default keep the hash they had.
+        measured["timing"].pop("interleave", None)
+        if self.threads is not None:
+            measured["threads"] = self.threads
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -83,7 +83,8 @@ def status_text(result: Any) -> str:
         parts.append(f"top1 {result.top1:.3f}")
     if result.density_achieved is not None:
         parts.append(f"density {result.density_achieved:.3f}")
-    return "[green]ok[/green] " + ", ".join(parts)
+    warn = "".join(f"\n  [yellow]warning[/yellow] {escape(clip(w, 300))}" for w in getattr(result, "warnings", None) or [])
+    return "[green]ok[/green] " + ", ".join(parts) + warn
 
 
 @dataclasses.dataclass
@@ -164,11 +165,12 @@ class RunProgress:
         """The `progress(stage, done, total)` callback a launcher takes, for one case."""
         return lambda stage, done, total: self.stage(case_id, stage, done, total)
 
-    def case_finished(self, case_id: str, result: Any) -> None:
-        """Count the case done and print its status line (above the bar on a terminal)."""
+    def case_finished(self, case_id: str, result: Any, count: bool = True) -> None:
+        """Count the case done and print its status line (above the bar on a terminal). `count`
+        False: a case timed in several groups (dense) reports again without counting twice."""
         with self._lock:
             live = self.cases.pop(case_id, None)
-            self.finished += 1
+            self.finished += int(count)
             index = live.index if live else self.finished
             self.console.print(f"case {index}/{self.total} {escape(case_id)}: {status_text(result)}", highlight=False)
             self._last_line = self.clock()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator, Union
 
 from dstbench.fmt import clip, short_repr
-from dstbench.rundir import RESULTS_FILE
+from dstbench.rundir import RESULTS_FILE, write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -59,6 +59,16 @@ class CaseResult:
     median_ms: float | None = None
     iqr_ms: float | None = None
     images_per_s: float | None = None
+    # what each segment sample was timed with (aligned with segment_ms): the interleaved group's id,
+    # its round, its start (Unix seconds); the groups the case was timed in; contention per segment
+    segment_group: list[str] = dataclasses.field(default_factory=list)
+    segment_round: list[int] = dataclasses.field(default_factory=list)
+    segment_start_s: list[float] = dataclasses.field(default_factory=list)
+    groups: list[str] = dataclasses.field(default_factory=list)
+    noise: dict[str, Any] | None = None
+    # What a reader must know about this line: contention, and what could not be written as it was
+    # (a plugin's extra that is not JSON), one line each.
+    warnings: list[str] = dataclasses.field(default_factory=list)
     # memory: allocator figures on CUDA, exact byte counts everywhere
     peak_memory_bytes: int | None = None
     reserved_memory_bytes: int | None = None
@@ -94,8 +104,6 @@ class CaseResult:
     error: str | None = None
     schema_version: int = SCHEMA_VERSION
     run_id: str | None = None  # the run folder's name; set by `append_result`
-    # What could not be written as it was (a plugin's extra that is not JSON), one line each.
-    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The result line as plain JSON data: never raises for what a method put in it (see
@@ -225,6 +233,28 @@ def append_result(run_dir: Path, result: CaseResult) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def replace_results(run_dir: Path, drop: set[str], results: list[CaseResult]) -> None:
+    """Remove every line whose `case_id` is in `drop`, then add `results`, in one atomic step: the
+    file is rewritten beside the old one and renamed over it, so a kill leaves either the old lines
+    or the new ones (how an interleaved group that is timed again replaces its lines). Unreadable
+    lines are kept as they were."""
+    path = Path(run_dir) / RESULTS_FILE
+    kept = []
+    if path.exists():
+        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError:
+                data = None
+            if raw.strip() and not (isinstance(data, dict) and data.get("case_id") in drop):
+                kept.append(raw)
+    for result in results:
+        if result.run_id is None:
+            result.run_id = Path(run_dir).name
+        kept.append(json.dumps(result.to_dict(), sort_keys=False))
+    write_atomic(path, "".join(line + "\n" for line in kept))
 
 
 # Fields a line must have for any reader to use it (the others are checked when present).

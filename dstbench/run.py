@@ -1,9 +1,11 @@
-"""`dstbench run SUITE`: validate, expand into cases, launch each, append its result line.
+"""`dstbench run SUITE`: validate, expand into cases, time them group by group, write their lines.
 
 A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, defaults filled in),
 `run.json` (when, where, which commit, the `--set` overrides, the suite's cases and those selected),
 `results.jsonl` (one line per finished case) and `collect_env.txt` (torch's environment report).
-`--resume` runs the cases that have no line yet, and only with the settings the finished ones ran with.
+Cases are timed in groups (`dstbench.groups`, `dstbench.scheduler`): interleaved, the cases
+compared with each other; otherwise one by one. `--resume` times the groups that are not done (a
+group interrupted half way again, whole), and only with the settings the finished ones ran with.
 
 One process writes a run folder at a time (`RunLock`). A run ended by Ctrl-C or SIGTERM keeps its
 finished lines; the cases it was running get no line (so `--resume` runs them) and are recorded in
@@ -17,7 +19,7 @@ import datetime as dt
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from rich.console import Console
@@ -28,11 +30,13 @@ from dstbench.config import SuiteConfig, SuiteError, load_suite
 from dstbench.coverage import PlannedCase, record_cases
 from dstbench.env import finish_collect_env, git_state, start_collect_env
 from dstbench.fmt import clip
+from dstbench.groups import Group, base_key, group_done, merge_shared, plan_groups, shared_cases, strip_group
 from dstbench.launchers import make_launcher
-from dstbench.progress import RunProgress
-from dstbench.results import CaseResult, append_result, iter_results
 from dstbench.lifeline import Terminated
+from dstbench.progress import RunProgress
+from dstbench.results import CaseResult, append_result, iter_results, replace_results
 from dstbench.rundir import RUN_FILE, SUITE_FILE, RunDirError, RunLock, load_run_meta, make_unique_dir, slug, write_atomic
+from dstbench.scheduler import GroupRun, run_groups
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).
@@ -175,21 +179,70 @@ def resolve_run_dir(
     return run_dir
 
 
+def _latest_lines(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The last line of each case in the run folder (a later line for a case wins, as in reports)."""
+    return {str(line.get("case_id")): line for line in iter_results(run_dir)}
+
+
+def timing_groups(suite: SuiteConfig, cases: list[Case], launcher: Any) -> list[Group]:
+    """The groups to time (`dstbench.groups`): interleaved in speed mode when the launcher can."""
+    interleave = suite.timing.interleave and suite.mode == "speed" and hasattr(launcher, "open")
+    return plan_groups(cases, suite.reference, interleave=interleave)
+
+
+def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[str]) -> list[CaseResult]:
+    """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
+    from a group) merges with its line from the other groups, less what an earlier, interrupted
+    timing of this group left; a group timed again replaces its old lines; other lines are
+    appended. `written`: the ids of the groups written so far by this run (updated)."""
+    lines = _latest_lines(run_dir)
+    results = []
+    for result in timed.results:
+        old = lines.get(result.case_id)
+        if old is not None:
+            earlier = [g for g in old.get("groups") or [] if g in written]
+            if result.case_id in shared or earlier:
+                if not any(base_key(g) == timed.group.base for g in earlier):
+                    old = strip_group(old, timed.group.base)
+                result = merge_shared(old, result)
+        results.append(result)
+    written.update([timed.group_id, *(g for r in results for g in r.groups)])
+    replaced = {r.case_id for r in results} & set(lines)
+    if replaced:
+        replace_results(run_dir, replaced, results)
+    else:
+        for result in results:
+            append_result(run_dir, result)
+    return results
+
+
 def run_cases(
-    suite: SuiteConfig, suite_path: Path, run_dir: Path, cases: list[Case], console: Console, resume: bool = False
+    suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
+    launcher: Any = None, shared: set[str] | None = None,
 ) -> list[CaseResult]:
-    """Launch the cases one after another, reporting progress (`dstbench.progress`); append each result."""
-    launcher = make_launcher(suite.launcher)
+    """Time the groups one after another, reporting progress (`dstbench.progress`); write each
+    group's lines as it ends and print one line per case. `shared`: the cases that belong to several groups of the
+    whole plan (default: of `groups`)."""
+    launcher = launcher or make_launcher(suite.launcher)
     suite_data = suite.model_dump(mode="json")
+    shared = shared_cases(groups) if shared is None else shared
+    cases = cases_of(groups)
+    tasks = {c.case_id: CaseTask(suite_data, str(suite_path), c.to_dict(), str(run_dir), resume=resume) for c in cases}
     results = []
     with RunProgress(console, suite, total_cases=len(cases)) as progress:
-        for case in cases:
+
+        def progress_for(case: Case) -> Callable[[str, int, int], None]:
             progress.case_started(case.case_id)
-            task = CaseTask(suite_data, str(suite_path), case.to_dict(), str(run_dir), resume=resume)
-            result = launcher.run(task, progress.for_case(case.case_id))
-            append_result(run_dir, result)
-            results.append(result)
-            progress.case_finished(case.case_id, result)
+            return progress.for_case(case.case_id)
+
+        written_ids: set[str] = set()
+        counted: set[str] = set()  # dense is reported after each of its groups, counted once
+        for timed in run_groups(launcher, groups, tasks, progress_for, suite.reference):
+            written = write_group(run_dir, timed, shared, written_ids)
+            for result in written:
+                progress.case_finished(result.case_id, result, count=result.case_id not in counted)
+                counted.add(result.case_id)
+            results += written
     return results
 
 
@@ -211,7 +264,8 @@ def _check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | Non
 @dataclasses.dataclass
 class RunPlan:
     """What `dstbench run` would do: the suite as validated, every case of it, the selected ones,
-    the run folder to resume (None: a new one) and the selected cases it still lacks."""
+    the run folder to resume (None: a new one), the selected cases it still lacks, the launcher and
+    the groups the selected cases are timed in."""
 
     suite: SuiteConfig
     suite_path: Path
@@ -220,6 +274,8 @@ class RunPlan:
     cases: list[Case]
     run_dir: Path | None
     todo: list[Case]
+    launcher: Any
+    groups: list[Group]
 
 
 def plan_run(
@@ -248,9 +304,22 @@ def plan_run(
     if blocking is not None and not blocking.is_dir():
         raise SuiteError(str(suite_path), [("--out", f"{blocking} is a file, not a folder for run folders")])
     run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
-    done = {line.get("case_id") for line in iter_results(run_dir)} if run_dir else set()
-    todo = [case for case in cases if case.case_id not in done]
-    return RunPlan(suite, suite_path, overrides, expand_cases(suite), cases, run_dir, todo)
+    launcher = make_launcher(suite.launcher)
+    groups = timing_groups(suite, cases, launcher)
+    todo_groups = pending_groups(groups, run_dir)
+    return RunPlan(suite, suite_path, overrides, expand_cases(suite), cases, run_dir, cases_of(todo_groups), launcher, groups)
+
+
+def pending_groups(groups: list[Group], run_dir: Path | None) -> list[Group]:
+    """The groups whose cases still need timing: a group not done is timed again whole
+    (dstbench.groups), and its cases' lines are then replaced."""
+    lines, shared = (_latest_lines(run_dir) if run_dir else {}), shared_cases(groups)
+    return [g for g in groups if not group_done(g, lines, shared)]
+
+
+def cases_of(groups: list[Group]) -> list[Case]:
+    """The distinct cases of `groups`, in order (dense belongs to several)."""
+    return list({c.case_id: c for g in groups for c in g.cases}.values())
 
 
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
@@ -283,18 +352,18 @@ def run_suite(
         # Which cases the suite has and which this run was asked for: reports and `check` tell an
         # unfinished run from one that selected fewer cases (dstbench.coverage).
         record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
-        done = {line.get("case_id") for line in iter_results(run_dir)}
-        todo = [case for case in cases if case.case_id not in done]
+        shared = shared_cases(plan.groups)
+        todo_groups = pending_groups(plan.groups, run_dir)  # again, under the lock
+        todo = cases_of(todo_groups)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
         try:
-            run_cases(suite, suite_path, run_dir, todo, console, resume=bool(resume))
+            run_cases(suite, suite_path, run_dir, todo_groups, console, resume=bool(resume), launcher=plan.launcher, shared=shared)
         except (KeyboardInterrupt, Terminated) as stop:
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
             # `--resume` runs them. Which were left is noted in run.json and said here.
-            finished = {line.get("case_id") for line in iter_results(run_dir)}
-            unfinished = [case.case_id for case in todo if case.case_id not in finished]
+            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, run_dir))]
             try:
                 record_interruption(run_dir, unfinished, stop)
             except OSError:

@@ -54,6 +54,8 @@ def micro_suite(**overrides: Any) -> dict[str, Any]:
         "device": "cpu",
         "model": dict(MICRO_MODEL),
         "batch_size": 8,
+        # One intra-op thread per case (see `one_thread`); the default would be every core.
+        "threads": 1,
         "timing": {"warmup_steps": 2, "segment_steps": 3, "segments": 3},
         "methods": ["dense"],
         "densities": [0.5],

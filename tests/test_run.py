@@ -74,13 +74,14 @@ def test_failed_expectation_exits_1_and_says_by_how_much(tmp_path: Path, capsys:
 
 
 def test_resume_after_a_kill_runs_only_the_missing_cases(tmp_path: Path) -> None:
-    """Kill a real `dstbench run` after its first case, resume it, and check nothing ran twice."""
+    """Kill a real sequential `dstbench run` after its first case, resume it, and check nothing ran twice."""
     suite = write_suite(
         tmp_path,
         plugins=[PLUGIN],
         methods=["dense", {"name": "fault_hang", "label": "hang"}, {"name": "fault_error", "label": "last"}],
         densities=[0.5],
         launcher={"name": "subprocess", "timeout_s": 600},
+        timing={**micro_suite()["timing"], "interleave": False},
     )
     out = tmp_path / "runs"
     hang_file = tmp_path / "hang"

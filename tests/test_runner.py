@@ -15,7 +15,8 @@ REQUIRED = [
     "suite", "method", "kind", "density", "density_achieved", "status", "device", "segment_ms",
     "median_ms", "iqr_ms", "images_per_s", "peak_memory_bytes", "reserved_memory_bytes",
     "rss_peak_bytes", "state_bytes", "activation_bytes", "flops_per_step", "topology_updates",
-    "topology_ms", "loss", "env", "error",
+    "topology_ms", "loss", "env", "error", "segment_group", "segment_round", "segment_start_s", "groups", "noise",
+    "warnings",
 ]
 
 
@@ -44,6 +45,10 @@ def test_result_has_every_field_with_real_values(dense_result) -> None:  # type:
     assert line["density_achieved"] == 1.0 and line["topology_updates"] == 0
     assert line["data_loading"] == "synthetic, device-resident"
     assert line["suite_hash"] == parse_suite(micro_suite()).setup_hash()
+    # A case run alone is a group of one: its samples carry that group, rounds 0..n-1, rising starts.
+    assert line["segment_group"] == line["groups"] * 3 and line["segment_round"] == [0, 1, 2]
+    assert line["segment_start_s"] == sorted(line["segment_start_s"])
+    assert len(line["noise"]["cpu_share"]) == 3 and line["env"]["threads"] == 1
 
 
 def test_environment_record(dense_result) -> None:  # type: ignore[no-untyped-def]

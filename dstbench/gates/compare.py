@@ -1,13 +1,16 @@
 """`dstbench compare BASELINE_RUN CURRENT_RUN`: the run-to-run regression gate.
 
 Cases are matched by suite hash, method and density. Time is judged from the raw segment samples:
-a case regresses only when the ratio of medians (current / baseline) crosses the threshold *and* a
-two-sided Mann-Whitney U test says the samples differ, so a noisy machine's jitter does not fail a
-build. Memory is judged from exact figures (allocator peak where both runs have it, training-state
-and activation bytes always) against its own threshold, with no test: byte counts do not jitter.
+a case regresses (or improved) only when the ratio of medians (current / baseline) crosses the
+threshold *and* a two-sided Mann-Whitney U test says the samples differ; a ratio within the
+threshold is unchanged; a ratio beyond it that the samples cannot prove is **inconclusive**, shown
+and counted, never reported as no change. Cases whose segment times spread widely (IQR / median
+above 10%: noisy, 25%: very noisy) or that were timed under contention say so in their notes.
+Memory is judged from exact figures (allocator peak where both runs have it, training-state and
+activation bytes always) against its own threshold, with no test: byte counts do not jitter.
 
-Exit codes: 0 no regression, 1 a regression, 2 unusable input (missing files, no matching cases,
-or, with --strict, runs from different environments).
+Exit codes: 0 no regression, 1 a regression (or, with --strict, an inconclusive case), 2 unusable
+input (missing files, no matching cases, or, with --strict, runs from different environments).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tabulate import tabulate
 from dstbench.cases import case_id
 from dstbench.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.fmt import percent
+from dstbench.report.derive import noise_level
 from dstbench.results import iter_results, segment_samples
 from dstbench.rundir import RESULTS_FILE, RunDirError, load_run_meta, output_file_problem, require_results, write_atomic
 
@@ -59,7 +63,7 @@ class TimeVerdict:
     current_ms: float
     ratio: float  # median(current) / median(baseline): above 1 is slower
     p_value: float
-    verdict: str  # "regression", "improvement" or "unchanged"
+    verdict: str  # "regression", "improvement", "unchanged" or "inconclusive"
     note: str = ""
 
 
@@ -102,6 +106,11 @@ class CaseComparison:
         status = [f"status {self.baseline_status} -> ok"] if self.current_status == "ok" != self.baseline_status else []
         return status + self._parts("improvement")
 
+    @property
+    def inconclusive(self) -> bool:
+        """Time moved beyond the threshold, but the samples cannot tell the runs apart."""
+        return self.time is not None and self.time.verdict == "inconclusive"
+
 
 @dataclasses.dataclass
 class Comparison:
@@ -120,6 +129,10 @@ class Comparison:
     @property
     def improved(self) -> list[CaseComparison]:
         return [c for c in self.cases if c.improvements]
+
+    @property
+    def inconclusive(self) -> list[CaseComparison]:
+        return [c for c in self.cases if c.inconclusive and not c.regressions]
 
 
 def _key(line: dict[str, Any]) -> Key:
@@ -184,15 +197,31 @@ def compare_time(base: list[float], cur: list[float], threshold_pct: float, alph
     significant = p_value < alpha
     limit = threshold_pct / 100.0
     verdict = "unchanged"
-    if ratio > 1.0 + limit and significant:
-        verdict = "regression"
-    elif ratio < 1.0 - limit and significant:
-        verdict = "improvement"
+    if ratio > 1.0 + limit:
+        verdict = "regression" if significant else "inconclusive"
+    elif ratio < 1.0 - limit:
+        verdict = "improvement" if significant else "inconclusive"
     note = ""
     if min_p_value(len(base), len(cur), method) >= alpha:
         # Say so: otherwise a gate that can never fire looks like a passing one.
         note = f"{len(base)} vs {len(cur)} samples cannot reach p < {alpha:g}; time is not gated"
     return TimeVerdict(base_ms, cur_ms, ratio, p_value, verdict, note)
+
+
+def noise_notes(base: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    """Why a side's time is less trustworthy: its samples spread widely, or it was contended."""
+    notes = []
+    for label, line in (("baseline", base), ("current", cur)):
+        samples = segment_samples(line.get("segment_ms"))
+        if len(samples) >= 2 and np.median(samples) > 0:
+            q1, median, q3 = np.percentile(samples, [25, 50, 75])
+            level = noise_level(float(q3 - q1) / float(median))
+            if level:
+                notes.append(f"{label} {level} (IQR/median {(q3 - q1) / median:.0%})")
+        noise = line.get("noise")
+        if isinstance(noise, dict) and noise.get("contended"):
+            notes.append(f"{label} contended ({noise.get('starved_segments')} segments starved)")
+    return notes
 
 
 def compare_memory(metric: str, base: int, cur: int, threshold_pct: float) -> MemoryVerdict:
@@ -224,6 +253,7 @@ def compare_case(
             result.time = compare_time(base_ms, cur_ms, time_threshold, alpha)
             if result.time.note:
                 result.notes.append(result.time.note)
+            result.notes += noise_notes(base, cur)
         else:
             result.notes.append("no segment samples; time not compared")
     for field, label in MEMORY_METRICS:
@@ -289,7 +319,9 @@ def _verdict_cell(c: CaseComparison) -> str:
     if c.regressions:
         return "REGRESSION: " + ", ".join(c.regressions)
     if c.improvements:
-        return "improved: " + ", ".join(c.improvements)
+        return "improved: " + ", ".join(c.improvements) + ("; INCONCLUSIVE: time" if c.inconclusive else "")
+    if c.inconclusive:
+        return "INCONCLUSIVE: time (beyond the threshold, not significant)"
     if c.baseline_status != "ok" or c.current_status != "ok":
         return f"not compared ({c.baseline_status} -> {c.current_status})"
     return "ok"
@@ -329,10 +361,12 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     for label, keys in (("only in baseline", comparison.only_baseline), ("only in current", comparison.only_current)):
         if keys:
             lines += ["", f"{label} (not compared): " + ", ".join(f"{case_id(k[1], k[2])} [suite {k[0]}]" for k in keys)]
-    regressed, improved = comparison.regressed, comparison.improved
+    regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
     lines += [
         "",
-        f"{len(comparison.cases)} cases compared: {len(regressed)} regressed, {len(improved)} improved"
+        f"{len(comparison.cases)} cases compared: {len(regressed)} regressed, {len(improved)} improved, "
+        f"{len(inconclusive)} inconclusive"
+        + (" (--strict: a failure)" if strict and inconclusive else "")
         + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
     ]
     verdict = overall_verdict(comparison, strict)
@@ -354,7 +388,9 @@ def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
 def exit_code(comparison: Comparison, strict: bool) -> int:
     if strict and comparison.env_differences:
         return EXIT_USAGE  # the figures are not comparable, so neither verdict can be trusted
-    return EXIT_FAILED if comparison.regressed else EXIT_OK
+    if comparison.regressed or (strict and comparison.inconclusive):
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def main(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@
 
 `method` is a glob over method labels; `density` narrows to one density (default: all). Relative
 metrics compare each matching case with `vs` at the same density (a dense `vs` at 1.0). A failed
-expectation says which case and by how much.
+expectation says which case and by how much. A speedup expectation may bound an end of its 95%
+interval instead of the estimate (`bound: ci_low` or `ci_high`): `min` with `ci_low` holds when the
+whole interval clears it, `max` with `ci_high` when the whole interval stays under it.
 
 Each outcome is PASS, FAIL or SKIPPED. With the run's coverage (`dstbench.coverage`) a case the run
 was not asked for (`--only`, `--density`) is SKIPPED, and so is a case whose `vs` was not asked for;
@@ -34,6 +36,8 @@ DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "to
 # Metrics measured against another method; `topology_share` is derived but is the case's own.
 RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
 DEFAULT_DENSITY_TOLERANCE = 0.01
+# The derived column each `bound` of a speedup expectation reads.
+BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
 
 
 @dataclasses.dataclass
@@ -88,7 +92,7 @@ def _value(
     exp: Expectation, vs: str, row: pd.Series, derived: pd.DataFrame, frame: pd.DataFrame
 ) -> tuple[float | None, str]:
     if exp.metric in DERIVED:
-        value = derived.loc[row.name, exp.metric]
+        value = derived.loc[row.name, BOUND_COLUMNS[exp.bound] if exp.metric == "speedup" else exp.metric]
         if present(value):
             return float(value), ""
         if exp.metric == "topology_share":
@@ -247,7 +251,8 @@ def describe(outcome: Outcome, reference: str) -> str:
     """`PASS|FAIL|SKIPPED  metric case [vs method]: value and bounds (and by how much it missed)`."""
     exp = outcome.expectation
     vs = f" vs {comparison_method(exp, reference)}" if exp.metric in RELATIVE else ""
-    return f"{outcome.verdict}  {exp.metric} {outcome.case}{vs}: {outcome.message}"
+    bound = f" ({exp.bound.replace('_', ' ')} of its 95% CI)" if exp.bound != "value" else ""
+    return f"{outcome.verdict}  {exp.metric}{bound} {outcome.case}{vs}: {outcome.message}"
 
 
 def summary(outcomes: list[Outcome]) -> str:

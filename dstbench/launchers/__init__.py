@@ -4,6 +4,10 @@
 - `subprocess` (default): a fresh process per case with a timeout, so a crash, a hang or an
   out-of-memory error fails that case alone and memory peaks never leak between cases.
 - `torchrun`: the case's process starts `torchrun` for a distributed case.
+
+`inprocess` and `subprocess` hand out live cases (`open`: a `dstbench.scheduler.CaseProcess` that
+starts, times one segment per command and finishes), which the scheduler interleaves; `run` is a
+case alone, start to end. `torchrun` only has `run`.
 """
 
 from __future__ import annotations
@@ -31,4 +35,3 @@ def make_launcher(config: LauncherConfig) -> Launcher:
     from dstbench.launchers.subprocess import SubprocessLauncher
 
     return SubprocessLauncher(timeout_s=config.timeout_s)
-

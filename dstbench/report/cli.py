@@ -14,8 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
-from dstbench.fmt import ci_text
-from dstbench.report.derive import data_loading, derive, headline, load_frame
+from dstbench.report.derive import data_loading, derive, headline, load_frame, run_warnings
 from dstbench.rundir import RunDirError, output_file_problem, require_results, run_reference, write_atomic
 
 
@@ -38,9 +37,11 @@ def headline_text(derived: pd.DataFrame) -> str:
     if h["speedup"]:
         s = h["speedup"]
         dense = s.get("vs_dense")
+        basis = f", {s['basis']}" if s.get("basis") else ""
         lines.append(
-            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, {s['ci']})"
-            + (f"; vs dense {dense['value']:.2f}x ({ci_text(dense['ci_low'], dense['ci_high'])})" if dense else "")
+            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
+            f"{s['ci']}{basis}{', contended' if s.get('contended') else ''})"
+            + (f"; vs dense {dense['value']:.2f}x ({dense['ci']})" if dense else "")
         )
     if h["memory"]:
         m = h["memory"]
@@ -63,6 +64,7 @@ def headline_text(derived: pd.DataFrame) -> str:
     loading = data_loading(derived)
     if loading:
         lines.append(f"data loading: {' | '.join(loading)}")
+    lines += [f"WARNING {w}" for w in run_warnings(derived)]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from dstbench.report.derive import data_loading, headline
+from dstbench.report.derive import data_loading, headline, run_warnings
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
@@ -50,6 +50,7 @@ class Page:
     devices: list[str]
     version: str
     data_loading: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # contended cases, implausible figures: the banner
     nav: list[Link] = field(default_factory=list)
     files: list[Link] = field(default_factory=list)
     # PASS / FAIL / SKIPPED counts of the runs' expectations (None: no suite has any)
@@ -124,6 +125,7 @@ def build_page(
         data_loading=data_loading(derived),
         expectations=counts(verdicts) if any(v.outcomes for v in verdicts) else None,
         coverage=coverage_notes(derived),
+        warnings=run_warnings(derived),
     )
 
 

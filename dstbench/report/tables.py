@@ -28,7 +28,10 @@ def _speedup(r: pd.Series) -> str:
         return DASH
     text = f"{r['speedup']:.2f}×"
     interval = ci_text(r.get("speedup_ci_low"), r.get("speedup_ci_high"))
-    return f"{text} {interval.removeprefix('95% CI ')}"
+    text = f"{text} {interval.removeprefix('95% CI ')}"
+    if r.get("speedup_basis") == "unpaired":
+        text += " unpaired"  # no segment of the reference was timed in the same round
+    return text
 
 
 def _iqr(r: pd.Series) -> str:
@@ -43,6 +46,37 @@ def _speedup_vs_dense(r: pd.Series) -> str:
         return DASH
     interval = ci_text(r.get("speedup_vs_dense_ci_low"), r.get("speedup_vs_dense_ci_high"))
     return f"{r['speedup_vs_dense']:.2f}× {interval.removeprefix('95% CI ')}"
+
+
+def _spread(r: pd.Series) -> str:
+    """IQR / median, and whether that makes the case noisy (torch.utils.benchmark's thresholds)."""
+    if missing(r.get("spread")):
+        return DASH
+    level = r.get("noise_level")
+    return percent(r["spread"]) + (f" {level}" if isinstance(level, str) and level else "")
+
+
+def _flags(r: pd.Series) -> str:
+    """What makes a row's speed figures suspect: contention during its segments, a figure beyond
+    what physics allows (README, "What a run says")."""
+    flags = ["contended"] if r.get("contended") is True else []
+    if isinstance(r.get("implausible"), str) and r["implausible"]:
+        flags.append("implausible")
+    return ", ".join(flags)
+
+
+SPEED_NOTE = (
+    "n is the number of timed segments; median and interquartile range are per segment, ms/step the median "
+    "divided by the segment's steps; IQR/median above 10% marks a case noisy, above 25% very noisy. Speedup "
+    "is the median over rounds of {ref}'s segment / the method's segment timed in the same round of an "
+    "interleaved group, with the order-statistic 95% interval of that median ('unpaired': ratio of medians with a "
+    "percentile bootstrap interval, where no round pairs them), and beside it the same against dense; FLOP limit "
+    "is the speedup the FLOP count allows and 'of limit' the measured share of it; shape limit (compact methods) "
+    "is the speedup small_dense, a plain dense model of the same shapes, reaches, and 'of shape limit' "
+    "small_dense's time / the method's; topology share is the fraction of segment time spent in topology "
+    "updates. Flags: 'contended', the case's segments were starved of CPU or GPU (result line's noise); "
+    "'implausible', a figure beyond what physics allows (left out of the headline)."
+)
 
 
 def run_label(run: Any) -> str:
@@ -110,27 +144,20 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
     body = [
         cells(r)
         + [
-            _num(r.get("median_ms"), ".1f"), _iqr(r), _num(r.get("images_per_s"), ".1f"),
+            _num(r.get("segments"), ".0f"), _num(r.get("median_ms"), ".1f"), _num(r.get("ms_per_step"), ".2f"),
+            _iqr(r), _spread(r), _num(r.get("images_per_s"), ".1f"),
             _speedup(r), _speedup_vs_dense(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")),
             _times(r.get("shape_limit")), percent(r.get("shape_fraction")), percent(r.get("topology_share")),
+            _flags(r),
         ]
         for _, r in rows.iterrows()
     ]
     return Table(
-        headers + [
-            "median ms", "IQR ms", "images/s", f"speedup vs {ref} [95% CI]", "vs dense [95% CI]", "FLOP limit", "of limit",
-            "shape limit", "of shape limit", "topology share",
-        ],
+        headers + ["n", "median ms", "ms/step", "IQR ms", "IQR/median", "images/s", f"speedup vs {ref} [95% CI]",
+                   "vs dense [95% CI]", "FLOP limit", "of limit", "shape limit", "of shape limit", "topology share", "flags"],
         body,
-        align=["left"] * len(headers) + ["right"] * 10,
-        note=(
-            f"Median and interquartile range of the timed segments; speedup is median({ref}) / median(method) "
-            "at the same density with a percentile bootstrap interval, and beside it the same against dense; "
-            "FLOP limit is the speedup the FLOP count allows and 'of limit' the measured share of it; shape "
-            "limit (compact methods) is the speedup small_dense, a plain dense model of the same shapes, "
-            "reaches, and 'of shape limit' median(small_dense) / median(method); topology share is the "
-            "fraction of segment time spent in topology updates."
-        ),
+        align=["left"] * len(headers) + ["right"] * 13 + ["left"],
+        note=SPEED_NOTE.format(ref=ref),
         row_classes=_classes(rows),
     )
 
@@ -241,13 +268,13 @@ def summary_table(derived: pd.DataFrame, reference: str, fmt: str = "simple") ->
     body = [
         cells(r)
         + [
-            _num(r.get("median_ms"), ".1f"), _num(r.get("images_per_s"), ".1f"), mib(r.get("peak_memory_bytes")),
+            _num(r.get("segments"), ".0f"), _num(r.get("median_ms"), ".1f"), _num(r.get("ms_per_step"), ".2f"),
+            _spread(r), _num(r.get("images_per_s"), ".1f"), mib(r.get("peak_memory_bytes")),
             mib(r.get("state_bytes")), mib(r.get("activation_bytes")), _speedup(r), _speedup_vs_dense(r),
-            percent(r.get("memory_reduction")),
+            percent(r.get("memory_reduction")), _flags(r),
         ]
         for _, r in rows.iterrows()
     ]
-    headers += [
-        "median ms", "images/s", "peak MiB", "state MiB", "activation MiB", f"speedup vs {reference}", "vs dense", "memory reduction",
-    ]
+    headers += ["n", "median ms", "ms/step", "IQR/median", "images/s", "peak MiB", "state MiB", "activation MiB",
+                f"speedup vs {reference}", "vs dense", "memory reduction", "flags"]
     return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)

@@ -114,3 +114,18 @@ def total_energy_mj(index: int) -> int | None:
     """The GPU's total-energy counter in millijoules (Volta and newer); None when not readable."""
     h = handle(index)
     return _call("nvmlDeviceGetTotalEnergyConsumption", h) if h is not None else None
+
+
+def process_ids(index: int) -> list[int] | None:
+    """Pids of the processes holding a compute or graphics context on GPU `index` (NVML's view:
+    in a container they may be the host's pids); None without NVML."""
+    h = handle(index)
+    if h is None:
+        return None
+    pids: set[int] = set()
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for info in _call(fn, h) or []:
+            pid = getattr(info, "pid", None)
+            if isinstance(pid, int):
+                pids.add(pid)
+    return sorted(pids)

@@ -43,13 +43,37 @@ def test_2_percent_slower_with_overlapping_samples_passes(tmp_path: Path, capsys
     assert code == 0 and "1.020x" in out
 
 
-def test_ratio_past_threshold_without_significance_passes() -> None:
+def test_ratio_past_threshold_without_significance_is_inconclusive() -> None:
     # Median 15% higher, but the samples are so noisy that the test cannot tell them apart.
     base = [80.0, 100.0, 140.0, 90.0, 160.0, 70.0]
     cur = [115.0, 75.0, 150.0, 95.0, 170.0, 85.0]
     verdict = compare_time(base, cur, threshold_pct=10, alpha=0.05)
     assert verdict.ratio > 1.1 and verdict.p_value > 0.05
-    assert verdict.verdict == "unchanged"
+    assert verdict.verdict == "inconclusive"
+
+
+def test_three_verdicts_on_synthetic_samples(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Within the threshold: unchanged; beyond it and significant: regression; beyond it and not
+    significant: inconclusive, shown and counted, exit 0 (1 under --strict)."""
+    noisy_slow = [x * s for x, s in zip(NOISY_MS, [1.8, 0.9, 1.9, 0.8, 1.7, 1.0, 1.9, 0.95, 1.6, 0.85])]
+    assert compare_time(NOISY_MS, scaled(NOISY_MS[5:] + NOISY_MS[:5], 1.02), threshold_pct=10, alpha=0.05).verdict == "unchanged"
+    assert compare_time(BASE_MS, scaled(BASE_MS, 1.3), threshold_pct=10, alpha=0.05).verdict == "regression"
+    inconclusive = compare_time(NOISY_MS, noisy_slow, threshold_pct=10, alpha=0.05)
+    assert inconclusive.ratio > 1.1 and inconclusive.p_value >= 0.05 and inconclusive.verdict == "inconclusive"
+    base, cur = _pair(
+        tmp_path,
+        [line("rigl", 0.1, segment_ms=NOISY_MS), line("set", 0.1), line("mest", 0.1)],
+        [line("rigl", 0.1, segment_ms=noisy_slow), line("set", 0.1, segment_ms=scaled(BASE_MS, 1.3)), line("mest", 0.1)],
+    )
+    code, out, _ = _compare(capsys, base, cur)
+    assert code == 1  # set regressed
+    assert "INCONCLUSIVE: time" in out and "1 regressed, 0 improved, 1 inconclusive" in out
+    assert "current very noisy" in out  # the noisy side is named in the notes
+    base, cur = _pair(tmp_path / "2", [line("rigl", 0.1, segment_ms=NOISY_MS)], [line("rigl", 0.1, segment_ms=noisy_slow)])
+    code, out, _ = _compare(capsys, base, cur)
+    assert code == 0 and "0 regressed, 0 improved, 1 inconclusive" in out
+    code, out, _ = _compare(capsys, base, cur, "--strict")
+    assert code == 1 and "(--strict: a failure)" in out
 
 
 def test_significant_change_under_threshold_passes_and_over_it_regresses() -> None:
@@ -69,7 +93,7 @@ def test_faster_run_is_reported_as_improvement(tmp_path: Path, capsys: pytest.Ca
 def test_too_few_samples_are_flagged_as_ungated() -> None:
     verdict = compare_time([100.0, 101.0, 99.0], [200.0, 201.0, 199.0], threshold_pct=10, alpha=0.05)
     assert min_p_value(3, 3) == pytest.approx(0.1)
-    assert verdict.verdict == "unchanged" and "cannot reach" in verdict.note
+    assert verdict.verdict == "inconclusive" and "cannot reach" in verdict.note
 
 
 def test_memory_5_percent_higher_regresses_at_2_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

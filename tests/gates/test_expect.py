@@ -28,7 +28,7 @@ def _lines() -> list[dict[str, Any]]:
         line("dense", 1.0, segment_ms=scaled(BASE_MS, 0.9), state_bytes=4_000_000, activation_bytes=1_000_000, top1=0.80),
         line("rigl", 0.1, state_bytes=4_000_000, activation_bytes=1_000_000, top1=0.70),
         line("barter", 0.1, segment_ms=scaled(BASE_MS, 0.25), state_bytes=800_000, activation_bytes=200_000,
-             density_achieved=0.1005, top1=0.74),
+             density_achieved=0.1005, top1=0.74, kind="compact"),
         line("set", 0.1, state_bytes=4_000_000, activation_bytes=1_000_000, density_achieved=0.13, top1=0.69),
     ]
 
@@ -49,6 +49,20 @@ def test_speedup_passes_and_fails_by_how_much() -> None:
     [bad] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 5.0}])
     assert not bad.passed
     assert _lines_of([bad]) == ["FAIL  speedup barter@0.1 vs rigl: 4 < min 5 (short by 1)"]
+
+
+def test_speedup_may_gate_on_an_end_of_its_interval() -> None:
+    # barter's samples are rigl's / 4 with their spread: the interval is narrow around 4 but not a point.
+    lines = _lines()
+    lines[2]["segment_ms"] = scaled(BASE_MS[::-1], 0.25)
+    [low] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.99, "bound": "ci_low"}], lines)
+    [point] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.99}], lines)
+    assert point.passed and not low.passed and low.value < point.value
+    assert _lines_of([low])[0].startswith("FAIL  speedup (ci low of its 95% CI) barter@0.1 vs rigl: ")
+    [high] = _check([{"metric": "speedup", "method": "barter", "density": 0.1, "max": 4.5, "bound": "ci_high"}], lines)
+    assert high.passed and high.value > point.value
+    with pytest.raises(SuiteError, match="expect.0.bound: only speedup"):
+        parse_suite(_suite([{"metric": "state_ratio", "method": "barter", "max": 1, "bound": "ci_low"}]))
 
 
 def test_memory_reduction_and_max_bound() -> None:
@@ -151,6 +165,18 @@ def test_dstbench_check_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, output = _check_cli(tmp_path, capsys, [{"metric": "speedup", "method": "barter", "density": 0.1, "min": 3.0}])
     assert code == 0
     assert "PASS  speedup barter@0.1 vs rigl: 4 >= 3" in output
+    assert "WARNING" not in output
+
+
+def test_dstbench_check_names_contended_cases(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _lines()
+    lines[1] = {**lines[1], "noise": {"contended": True, "starved_segments": 7},
+                "warnings": ["contended: 7 of 10 segments starved"]}
+    run = write_run(tmp_path / "run", lines, suite=_suite([{"metric": "speedup", "method": "barter", "min": 3.0, "density": 0.1}]))
+    assert main(["check", str(run)]) == 0  # contention is named, not a failed gate
+    captured = capsys.readouterr()
+    assert "WARNING  rigl@0.1: contended: 7 of 10 segments starved" in captured.err
+    assert "contended" in captured.out  # the table's flags column
 
 
 def test_dstbench_check_fails_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,3 +44,22 @@ def test_unusable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (tmp_path / "empty" / "results.jsonl").write_text("")
     assert main(["report", str(tmp_path / "empty")]) == 2
     assert "no result lines" in capsys.readouterr().err
+
+
+def test_contended_cases_are_named_in_banner_table_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.report.conftest import synthetic_lines, write_run
+
+    lines = synthetic_lines()
+    for line in lines:
+        if line.case_id == "barter@0.5":
+            line.noise = {"cpu_share": [0.4, 0.5, 0.97, 0.45, 0.99], "starved_segments": 3, "contended": True}
+            line.warnings = ["contended: 3 of 5 segments starved (starved: cpu_share < 0.85)"]
+    run_dir = write_run(tmp_path, "contended", lines)
+    markdown = tmp_path / "report.md"
+    assert main(["report", str(run_dir), "--markdown", str(markdown)]) == 0
+    text = markdown.read_text(encoding="utf-8")
+    banner = text[: text.index("**Best speedup")]
+    assert "> - barter@0.5: contended: 3 of 5 segments starved" in banner
+    assert "| contended" in text  # the speed table's flags column
+    out = capsys.readouterr().out
+    assert "WARNING barter@0.5: contended: 3 of 5" in out

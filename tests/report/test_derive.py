@@ -104,3 +104,54 @@ def test_accuracy_only_cases_have_no_speedup(tmp_path: Path) -> None:
     derived = derive(load_frame([write_run(tmp_path, "acc", lines)]), "rigl")
     assert derived["speedup"].isna().all()
     assert _row(derived, "barter", 0.1)["memory_reduction"] == pytest.approx(1 - 16 / 104)
+
+
+def _tagged(ms: list[float], group: str = "d=0.1#aaa") -> dict:
+    return {"segment_ms": ms, "segment_group": [group] * len(ms), "segment_round": list(range(len(ms))),
+            "median_ms": float(np.median(ms))}
+
+
+def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
+    from dstbench.report.derive import median_ci, paired_ratios, speedup_stats
+
+    # Round 3 hit both cases alike (a busy neighbour): the per-round ratio stays 4.
+    ref = _tagged([100.0, 102.0, 98.0, 400.0, 101.0, 99.0, 100.0, 103.0, 97.0, 100.0])
+    own = _tagged([25.0, 25.5, 24.5, 100.0, 25.0, 25.0, 26.0, 25.0, 24.0, 25.0])
+    ratios = paired_ratios(ref, own)
+    assert len(ratios) == 10 and ratios[3] == pytest.approx(4.0)
+    stats = speedup_stats(own, ref)
+    assert stats.basis == "paired" and stats.pairs == 10
+    assert stats.value == pytest.approx(float(np.median(ratios)))
+    ordered = sorted(ratios)
+    assert (stats.ci_low, stats.ci_high) == (ordered[1], ordered[8])  # x(2), x(9): 97.9% for n = 10
+    assert median_ci([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few for 95%: the range
+    # Samples of another group (or untagged ones) do not pair: ratio of medians, bootstrap interval.
+    other = _tagged(own["segment_ms"], group="d=0.1#bbb")
+    assert speedup_stats(other, ref).basis == "unpaired"
+    assert speedup_stats({"segment_ms": own["segment_ms"], "median_ms": 25.0}, ref).basis == "unpaired"
+
+
+def test_noise_levels_follow_torch_benchmark_thresholds() -> None:
+    from dstbench.report.derive import noise_level
+
+    assert (noise_level(0.05), noise_level(0.15), noise_level(0.30)) == ("", "noisy", "very noisy")
+
+
+def test_implausible_figures_are_flagged_and_not_headlined(tmp_path: Path) -> None:
+    lines = synthetic_lines()
+    for line in lines:
+        if line.method == "barter" and line.density == 0.1:
+            # 50x faster than rigl with a FLOP limit of 5x: beyond physics.
+            line.segment_ms = [2.0, 2.1, 1.9, 2.05, 1.95]
+            line.median_ms = 2.0
+    derived = derive(load_frame([write_run(tmp_path, "loaded", lines)]), "rigl")
+    barter = _row(derived, "barter", 0.1)
+    assert "beyond its FLOP limit 5.00x" in barter["implausible"]
+    h = headline(derived)
+    assert "barter@0.1" in h["implausible"] and (h["speedup"]["method"], h["speedup"]["density"]) == ("barter", 0.5)
+    # rigl@0.5 (masked) is 1.8x faster than dense in this fixture: flagged too.
+    assert "faster than dense" in _row(derived, "rigl", 0.5)["implausible"]
+    assert _row(derived, "barter", 0.5)["implausible"] == ""
+    from dstbench.report.derive import run_warnings
+
+    assert any(w.startswith("barter@0.1: implausible") for w in run_warnings(derived))
