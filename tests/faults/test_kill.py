@@ -33,7 +33,9 @@ def start_run(tmp_path: Path, methods: list, launcher: dict) -> tuple[subprocess
     hang_file, pid_file, out = tmp_path / "hang", tmp_path / "pids", tmp_path / "runs"
     hang = {"name": "fault_hang", "label": "hang", "params": {"hang_file": str(hang_file), "pid_file": str(pid_file)}}
     suite = tmp_path / "suite.yaml"
-    timing = {"warmup_steps": 1, "segment_steps": 1, "segments": 2}  # nothing here is timed: as short as can be
+    # Nothing here is timed: as short as can be. One case after another, so a case finished before
+    # the hang has its line (interleaved, a group's lines are written when the whole group ends).
+    timing = {"warmup_steps": 1, "segment_steps": 1, "segments": 2, "interleave": False}
     suite.write_text(yaml.safe_dump(micro_suite(plugins=[PLUGIN], methods=[*methods, hang], densities=[0.5], launcher=launcher, timing=timing)))
     hang_file.touch()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
