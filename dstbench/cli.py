@@ -166,8 +166,7 @@ def print_plan(plan: Any) -> None:
         what.append(f"a profile of {suite.profile.steps} steps")
     print(f"device {suite.device}, mode {suite.mode}, batch {suite.batch_size}, precision {suite.precision}, "
           f"model {suite.model.name}; per case: {', then '.join(what)}")
-    print(f"launcher {suite.launcher.name} (timeout {suite.launcher.timeout_s:g} s); reference {suite.reference}; "
-          f"{len(suite.expect)} expectation(s)")
+    print(f"launcher {_launcher_text(suite.launcher)}; reference {suite.reference}; {len(suite.expect)} expectation(s)")
     done = {c.case_id for c in plan.cases} - {c.case_id for c in plan.todo}
     rows = [
         (c.case_id, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
@@ -180,6 +179,17 @@ def print_plan(plan: Any) -> None:
     left_out = len(plan.all_cases) - len(plan.cases)
     print(f"\n{len(plan.todo)} of {len(plan.cases)} selected cases would run {where}"
           + (f"; {left_out} more in the suite, not selected" if left_out else "") + ". Nothing was written (--dry-run).")
+
+
+def _launcher_text(launcher: Any) -> str:
+    """'subprocess (timeout 3600 s, 4 cases at once)', 'submitit (slurm, job limit 62 min, partition gpu)'."""
+    parts = [f"timeout {launcher.timeout_s:g} s"]
+    if launcher.name == "submitit":
+        parts = [launcher.cluster, f"job limit {launcher.job_minutes:g} min"]
+        parts += [f"{k} {getattr(launcher, k)}" for k in ("partition", "account", "gpus_per_node") if getattr(launcher, k)]
+    if launcher.parallel > 1:
+        parts.append(f"{launcher.parallel} cases at once")
+    return f"{launcher.name} ({', '.join(parts)})"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

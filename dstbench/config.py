@@ -183,14 +183,70 @@ class AccuracyConfig(Strict):
     keep_checkpoint: bool = False
 
 
+# Keys of `launcher:` that only the submitit launcher reads (a cluster job per case).
+SUBMITIT_KEYS = (
+    "cluster", "partition", "account", "qos", "constraint", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min",
+    "array_parallelism", "sbatch", "setup",
+)
+
+
 class LauncherConfig(Strict):
-    name: Literal["subprocess", "inprocess", "torchrun"] = "subprocess"
+    name: Literal["subprocess", "inprocess", "torchrun", "submitit"] = "subprocess"
     timeout_s: PositiveFloat = 3600.0
     nproc_per_node: PositiveInt = 1
     nnodes: PositiveInt = 1
     node_rank: int = Field(0, ge=0)
     master_addr: str = "127.0.0.1"
     master_port: int = Field(29500, ge=1, le=65535)
+    # subprocess: this many cases at once on this host, each on its own GPU or its own share of the
+    # cores (dstbench.launchers.parallel; which suites may, in `SuiteConfig._parallel_fits_device`).
+    parallel: PositiveInt = 1
+    # submitit: each case a job (dstbench.launchers.submitit_launcher); Slurm's own names where it has one.
+    cluster: Literal["slurm", "local"] = "slurm"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    gpus_per_node: int = Field(0, ge=0)
+    cpus_per_task: PositiveInt | None = None
+    mem_gb: PositiveFloat | None = None
+    timeout_min: PositiveFloat | None = None  # the job's time limit; default: timeout_s, rounded up, + 2 min
+    array_parallelism: PositiveInt | None = None  # jobs running at once (default: Slurm's limit; local: 1)
+    sbatch: dict[str, Union[str, int, bool]] = {}  # more sbatch options, e.g. {exclusive: true, mail-type: END}
+    setup: list[str] = []  # shell lines the job runs first (module load, source a venv)
+
+    @model_validator(mode="after")
+    def _keys_fit_launcher(self) -> "LauncherConfig":
+        """A key the chosen launcher does not read would be silently ignored: refuse it."""
+        if self.name != "submitit":
+            # Against the defaults, not the keys given: a stored suite.yaml lists every key.
+            fields = type(self).model_fields
+            stray = [k for k in SUBMITIT_KEYS if getattr(self, k) != fields[k].get_default(call_default_factory=True)]
+            if stray:
+                raise ValueError(f"{', '.join(stray)}: only for name: submitit (a cluster job per case), not {self.name}")
+        if self.parallel > 1 and self.name != "subprocess":
+            where = "submitit runs jobs at once by itself (array_parallelism)" if self.name == "submitit" else "it runs one case at a time"
+            raise ValueError(f"parallel: cases at once on one host is the subprocess launcher's; {self.name} cannot ({where})")
+        if self.name == "submitit":
+            if self.nnodes > 1:
+                raise ValueError("nnodes: a submitit job runs its case on one node (torchrun with nproc_per_node ranks)")
+            if self.gpus_per_node and self.nproc_per_node > self.gpus_per_node:
+                raise ValueError(f"nproc_per_node: {self.nproc_per_node} ranks need as many GPUs; gpus_per_node is {self.gpus_per_node}")
+        return self
+
+    @property
+    def case_launcher(self) -> str:
+        """How a case's own process(es) start: `torchrun` under torchrun, and inside a submitit job
+        whose case has several ranks; otherwise the launcher's name."""
+        if self.name == "submitit" and self.nproc_per_node > 1:
+            return "torchrun"
+        return self.name
+
+    @property
+    def job_minutes(self) -> float:
+        """A submitit job's time limit in minutes: `timeout_min`, else the case's `timeout_s` plus 2
+        minutes for the job's start and Slurm's warning signal (which ends the case as `timeout`)."""
+        return self.timeout_min if self.timeout_min is not None else math.ceil(self.timeout_s / 60) + 2
 
 
 class ProfileConfig(Strict):
@@ -201,6 +257,13 @@ class ProfileConfig(Strict):
     # beyond it (or past the schedule's end) the update is forced on the last profiled step.
     max_advance_steps: int = Field(500, ge=0)
     top_ops: PositiveInt = 15  # operators kept in the result line, by self time
+
+
+PARALLEL_CPU_INTERLEAVED = (
+    "launcher.parallel: interleaved speed groups would run side by side on one CPU, sharing its memory bandwidth "
+    "and caches, so their rounds would not compare cases under the same conditions; use parallel: 1, or "
+    "timing.interleave: false (times taken side by side, each line warned), or mode: accuracy"
+)
 
 
 class SuiteConfig(Strict):
@@ -350,10 +413,24 @@ class SuiteConfig(Strict):
                 continue
             problem = execution_problem(
                 spec.params, device=self.device, densities=self.method_densities(spec),
-                precision=self.precision, launcher=self.launcher.name,
+                precision=self.precision, launcher=self.launcher.case_launcher,
             )
             if problem:
                 raise ValueError(f"methods.{index}.params.execution: {problem}")
+        return self
+
+    @model_validator(mode="after")
+    def _parallel_fits_device(self) -> "SuiteConfig":
+        """`launcher.parallel` runs cases side by side, each on its own GPU or its own share of the
+        cores. On one CPU they still share its memory bandwidth and caches, so interleaved groups,
+        whose rounds exist to compare cases under the same conditions, may not run side by side
+        there; `device: auto` is checked once the device is known (`dstbench.launchers.parallel`)."""
+        if self.launcher.parallel == 1:
+            return self
+        if self.device == "mps":
+            raise ValueError("launcher.parallel: mps is one device; cases cannot run side by side on their own devices")
+        if self.device == "cpu" and self.mode == "speed" and self.timing.interleave:
+            raise ValueError(PARALLEL_CPU_INTERLEAVED)
         return self
 
     @model_validator(mode="after")

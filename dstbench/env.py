@@ -202,6 +202,8 @@ def static_env(device: torch.device) -> dict[str, Any]:
             driver=nvml.driver_version(),
             # Where NVML finds this GPU; a launcher's parent reads its clocks there without CUDA.
             nvml_index=nvml.index_of(device),
+            # Which physical card: cases timed side by side (launcher.parallel) each have their own.
+            gpu_uuid=nvml.gpu_uuid(index),
         )
     elif device.type == "cpu":
         env["device_name"] = env["cpu_model"]

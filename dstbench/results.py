@@ -30,7 +30,8 @@ from dstbench.rundir import RESULTS_FILE, write_atomic
 SCHEMA_VERSION = 1
 
 # A case's status: it finished, or how it failed (see README, "How a case is measured").
-STATUSES = ("ok", "oom", "error", "timeout", "crash")
+# `cancelled`: a cluster job ended from outside (scancel, preemption) before its case reported.
+STATUSES = ("ok", "oom", "error", "timeout", "crash", "cancelled")
 FAILED_STATUSES = STATUSES[1:]
 
 

@@ -4,8 +4,10 @@ A run folder (`dstbench.rundir`) holds `suite.yaml` (the suite as validated, def
 `run.json` (when, where, which commit, the `--set` overrides, the suite's cases and those selected),
 `results.jsonl` (one line per finished case) and `collect_env.txt` (torch's environment report).
 Cases are timed in groups (`dstbench.groups`, `dstbench.scheduler`): interleaved, the cases
-compared with each other; otherwise one by one. `--resume` times the groups that are not done (a
-group interrupted half way again, whole), and only with the settings the finished ones ran with.
+compared with each other; otherwise one by one. A launcher that places cases itself (`parallel`
+slots, `submitit` jobs: `schedule_groups`) hands groups back as they end, in any order; this process
+writes every line either way. `--resume` times the groups that are not done (a group interrupted
+half way again, whole), and only with the settings the finished ones ran with.
 
 One process writes a run folder at a time (`RunLock`). A run ended by Ctrl-C or SIGTERM keeps its
 finished lines; the cases it was running get no line (so `--resume` runs them) and are recorded in
@@ -14,12 +16,13 @@ finished lines; the cases it was running get no line (so `--resume` runs them) a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 from rich.console import Console
@@ -41,6 +44,9 @@ from dstbench.scheduler import GroupRun, run_groups
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).
 RESUME_MAY_CHANGE = ("description", "expect", "reference")
+# Where and when a cluster job runs, not how its case is measured: a resumed run may move to
+# another partition or account, or get a longer time limit.
+RESUME_MAY_CHANGE_LAUNCHER = ("partition", "account", "qos", "constraint", "array_parallelism", "timeout_min", "sbatch", "setup")
 
 
 def new_run_dir(out: Path, suite: SuiteConfig) -> Path:
@@ -114,6 +120,8 @@ def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     fixed = set(old) | set(new)
     fixed -= {*RESUME_MAY_CHANGE, "methods", "densities"}
     conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
+    free = {f"launcher.{k}" for k in RESUME_MAY_CHANGE_LAUNCHER}
+    conflicts = [k for k in conflicts if not any(k == f or k.startswith(f + ".") for f in free)]
     old_specs = {m.key: m.model_dump(mode="json") for m in stored.methods}
     new_specs = {m.key: m.model_dump(mode="json") for m in current.methods}
     for key, spec in old_specs.items():
@@ -237,13 +245,25 @@ def run_cases(
 
         written_ids: set[str] = set()
         counted: set[str] = set()  # dense is reported after each of its groups, counted once
-        for timed in run_groups(launcher, groups, tasks, progress_for, suite.reference):
-            written = write_group(run_dir, timed, shared, written_ids)
-            for result in written:
-                progress.case_finished(result.case_id, result, count=result.case_id not in counted)
-                counted.add(result.case_id)
-            results += written
+        # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
+        with contextlib.closing(schedule_groups(launcher, groups, tasks, progress_for, suite.reference)) as timed_groups:
+            for timed in timed_groups:
+                written = write_group(run_dir, timed, shared, written_ids)
+                for result in written:
+                    progress.case_finished(result.case_id, result, count=result.case_id not in counted)
+                    counted.add(result.case_id)
+                results += written
     return results
+
+
+def schedule_groups(
+    launcher: Any, groups: list[Group], tasks: dict[str, CaseTask], progress_for: Callable[[Case], Any], reference: str
+) -> Iterator[GroupRun]:
+    """The groups as they end: a launcher that places cases itself (several at once, or as cluster
+    jobs) has `run_groups`; the others are timed one group after another (`dstbench.scheduler`)."""
+    if hasattr(launcher, "run_groups"):
+        return launcher.run_groups(groups, tasks, progress_for, reference)
+    return run_groups(launcher, groups, tasks, progress_for, reference)
 
 
 def _check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> None:
@@ -305,6 +325,10 @@ def plan_run(
         raise SuiteError(str(suite_path), [("--out", f"{blocking} is a file, not a folder for run folders")])
     run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
     launcher = make_launcher(suite.launcher)
+    # What only this host can say (GPUs and cores for `parallel`, submitit and Slurm for jobs).
+    problems = launcher.preflight(suite) if hasattr(launcher, "preflight") else []
+    if problems:
+        raise SuiteError(str(suite_path), problems)
     groups = timing_groups(suite, cases, launcher)
     todo_groups = pending_groups(groups, run_dir)
     return RunPlan(suite, suite_path, overrides, expand_cases(suite), cases, run_dir, cases_of(todo_groups), launcher, groups)

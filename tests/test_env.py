@@ -91,3 +91,10 @@ def test_collect_env_report_is_written_once(tmp_path: Path, monkeypatch: pytest.
     text = (tmp_path / env.COLLECT_ENV_FILE).read_text()
     assert f"PyTorch version: {torch.__version__}" in text
     assert env.start_collect_env(tmp_path) is None  # a resumed run keeps the first report
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_record_names_its_card() -> None:
+    record = env.static_env(torch.device("cuda", 0))
+    assert record["gpu_uuid"].startswith("GPU-") and len(record["gpu_uuid"]) > 10

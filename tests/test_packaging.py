@@ -49,8 +49,9 @@ def test_the_base_install_is_lean_and_extras_name_what_they_bring() -> None:
     extras = project["optional-dependencies"]
     assert _names(extras["datasets"]) == {"scikit-learn", "mlxtend"}
     assert _names(extras["export"]) == {"pytest-benchmark"}
-    # `pip install -e ".[dev]" && python -m pytest -q` runs every test: both extras and the tools.
-    assert "dstbench[datasets,export]" in extras["dev"] and {"pytest", "playwright"} <= _names(extras["dev"])
+    assert _names(extras["cluster"]) == {"submitit"}
+    # `pip install -e ".[dev]" && python -m pytest -q` runs every test: every extra and the tools.
+    assert "dstbench[datasets,export,cluster]" in extras["dev"] and {"pytest", "playwright"} <= _names(extras["dev"])
     torch = next(r for r in project["dependencies"] if r.startswith("torch>") or r.startswith("torch="))
     from packaging.specifiers import SpecifierSet
 
@@ -61,7 +62,7 @@ LEAN = """
 import importlib, json, pkgutil, sys
 from pathlib import Path
 # What a lean install lacks: an import of any of these fails, and find_spec says it is missing.
-for name in ("sklearn", "mlxtend", "pytest_benchmark", "pytest"):
+for name in ("sklearn", "mlxtend", "pytest_benchmark", "pytest", "submitit"):
     sys.modules[name] = None
 import dstbench
 for module in pkgutil.walk_packages(dstbench.__path__, "dstbench."):
@@ -79,7 +80,7 @@ print("CODES", json.dumps(codes))
 
 def test_a_lean_install_runs_a_synthetic_suite_and_names_the_missing_extras(tmp_path: Path) -> None:
     """Every dstbench module imports, a synthetic suite runs, and what needs an extra says which,
-    with scikit-learn, mlxtend, pytest-benchmark and pytest absent (as after `pip install .`)."""
+    with scikit-learn, mlxtend, pytest-benchmark, pytest and submitit absent (as after `pip install .`)."""
     import json
     import subprocess
     import sys
@@ -93,17 +94,21 @@ def test_a_lean_install_runs_a_synthetic_suite_and_names_the_missing_extras(tmp_
     digits = tmp_path / "digits.yaml"
     digits.write_text(yaml.safe_dump(micro_suite(data={"name": "digits", "num_workers": 0}, mode="accuracy",
                                                  model={**micro_suite()["model"], "img_size": 8, "patch_size": 2})))
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(micro_suite(launcher={"name": "submitit", "cluster": "local"})))
     out = tmp_path / "runs"
     commands = [
         ["run", str(smoke), "--out", str(out)],
         ["run", str(digits), "--dry-run"],
+        ["run", str(cluster), "--dry-run"],
         ["export", "{RUN}", "--pytest-benchmark", str(tmp_path / "b.json")],
     ]
     done = subprocess.run(
         [sys.executable, "-c", LEAN, json.dumps(commands), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.split("CODES", 1)[1]) == [0, 2, 2]
+    assert json.loads(done.stdout.split("CODES", 1)[1]) == [0, 2, 2, 2]
     assert "data.name: digits needs scikit-learn, which is not installed: pip install 'dstbench[datasets]'" in done.stderr
+    assert "launcher submitit needs submitit, which is not installed: pip install 'dstbench[cluster]'" in done.stderr
     assert "dstbench export needs pytest-benchmark, which is not installed: pip install 'dstbench[export]'" in done.stderr
     assert not (tmp_path / "b.json").exists()

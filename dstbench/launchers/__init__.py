@@ -4,10 +4,15 @@
 - `subprocess` (default): a fresh process per case with a timeout, so a crash, a hang or an
   out-of-memory error fails that case alone and memory peaks never leak between cases.
 - `torchrun`: the case's process starts `torchrun` for a distributed case.
+- `subprocess` with `parallel: N` (`parallel`): N groups at once, each pinned to its own GPU or
+  share of the cores.
+- `submitit` (`submitit_launcher`, `submitit_job`): each case a cluster job (Slurm, or this machine with `cluster: local`).
 
 `inprocess` and `subprocess` hand out live cases (`open`: a `dstbench.scheduler.CaseProcess` that
 starts, times one segment per command and finishes), which the scheduler interleaves; `run` is a
-case alone, start to end. `torchrun` only has `run`.
+case alone, start to end. `torchrun` only has `run`. `parallel` and `submitit` place cases
+themselves: their `run_groups` yields each group as it ends, in the order they end, and their
+`preflight(suite)` lists what forbids the run on this host before anything is written.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ def make_launcher(config: LauncherConfig) -> Launcher:
         from dstbench.launchers.torchrun import TorchrunLauncher
 
         return TorchrunLauncher(config)
+    if config.name == "submitit":
+        from dstbench.launchers.submitit_launcher import SubmititLauncher
+
+        return SubmititLauncher(config)
+    if config.parallel > 1:
+        from dstbench.launchers.parallel import ParallelLauncher
+
+        return ParallelLauncher(timeout_s=config.timeout_s, parallel=config.parallel)
     from dstbench.launchers.subprocess import SubprocessLauncher
 
     return SubprocessLauncher(timeout_s=config.timeout_s)

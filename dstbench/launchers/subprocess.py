@@ -22,6 +22,7 @@ from typing import Any
 
 from dstbench.lifeline import bind_to_parent
 from dstbench.build import CaseTask, Progress, failed_result
+from dstbench.launchers.placement import Placement
 from dstbench.results import CaseResult
 from dstbench.runner import CaseSession, SegmentTag, failure
 
@@ -36,9 +37,12 @@ def _context() -> Any:
     return mp.get_context("spawn")
 
 
-def case_process_main(conn: Connection, task: CaseTask) -> None:
-    """The case process: one `CaseSession`, driven by the parent's commands over `conn`."""
+def case_process_main(conn: Connection, task: CaseTask, placement: Placement | None = None) -> None:
+    """The case process: one `CaseSession`, driven by the parent's commands over `conn`; pinned to
+    `placement` (its GPU, its cores) when several cases run at once."""
     bind_to_parent()  # first: a case process never outlives the run (dstbench.lifeline)
+    if placement is not None:
+        placement.apply()  # before anything starts CUDA or sizes a thread pool
     import torch
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -76,8 +80,9 @@ def _describe_exit(code: int | None) -> str:
 class SubprocessCase:
     """A `dstbench.scheduler.CaseProcess` in a process of its own."""
 
-    def __init__(self, ctx: Any, task: CaseTask, progress: Progress, timeout_s: float) -> None:
+    def __init__(self, ctx: Any, task: CaseTask, progress: Progress, timeout_s: float, placement: Placement | None = None) -> None:
         self.ctx, self.task, self.progress, self.timeout_s = ctx, task, progress, timeout_s
+        self.placement = placement
         self.pid: int | None = None
         self.ready: dict[str, Any] | None = None
         self.failed: CaseResult | None = None
@@ -132,7 +137,7 @@ class SubprocessCase:
     def start(self) -> None:
         self.conn, child = self.ctx.Pipe(duplex=True)
         self.process = self.ctx.Process(
-            target=case_process_main, args=(child, self.task), name=f"dstbench-case-{self.task.case['method']}"
+            target=case_process_main, args=(child, self.task, self.placement), name=f"dstbench-case-{self.task.case['method']}"
         )
         try:
             self.process.start()

@@ -31,6 +31,7 @@ from typing import Any
 
 from dstbench.cases import Case
 from dstbench.config import LauncherConfig
+from dstbench.launchers.progressfile import ProgressFile
 from dstbench.results import CaseResult
 from dstbench.rundir import slug
 from dstbench.build import CaseTask, Progress, failed_result
@@ -187,29 +188,16 @@ class TorchrunLauncher:
 
     def _wait(self, process: subprocess.Popen, workdir: Path, progress: Progress) -> str:
         deadline = time.monotonic() + self.config.timeout_s
-        progress_file, seen = workdir / "progress", 0
-
-        def report() -> None:
-            nonlocal seen
-            if not progress_file.exists():
-                return
-            text = progress_file.read_text()
-            # Rank 0 may be writing a line right now: only whole lines count.
-            lines = text[: text.rfind("\n") + 1].splitlines()
-            for line in lines[seen:]:
-                stage, done, total = line.split()
-                progress(stage, int(done), int(total))
-            seen = len(lines)
-
+        progress_file = ProgressFile(workdir / "progress")
         try:
             while process.poll() is None:
                 if time.monotonic() > deadline:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
                     return "timeout"
-                report()
+                progress_file.forward(progress)
                 time.sleep(0.2)
-            report()
+            progress_file.forward(progress)
         except BaseException:
             # Ctrl-C (or anything else): never leave torchrun or its ranks behind.
             if process.poll() is None:

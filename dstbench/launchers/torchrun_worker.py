@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from dstbench.launchers.progressfile import ProgressFile
 from dstbench.launchers.torchrun import GATHERED, rank_file, write_json_atomic
 from dstbench.lifeline import bind_to_parent
 from dstbench.build import CaseTask
@@ -34,12 +35,11 @@ def main(task_file: str, workdir: str) -> int:
         torch.cuda.set_device(local_rank)  # before NCCL starts: each rank on its own GPU
     dist.init_process_group("nccl" if use_cuda else "gloo")
     out = Path(workdir)
-    progress_path = out / "progress"
+    progress_file = ProgressFile(out / "progress")
 
     def progress(stage: str, done: int, total: int) -> None:
         if rank == 0:  # the ranks move in step; one voice is enough
-            with open(progress_path, "a") as handle:
-                handle.write(f"{stage} {done} {total}\n")
+            progress_file.write(stage, done, total)
 
     result = execute_case(task, progress)
     # When it ended tells the launcher which failure came first (the cause, not its echoes).

@@ -44,6 +44,14 @@ def _normalise_uuid(uuid: Any) -> str:
     return text.strip().lower().removeprefix("gpu-")
 
 
+def gpu_uuid(cuda_index: int) -> str | None:
+    """A CUDA device's UUID as nvidia-smi prints it ("GPU-..."), from torch (no NVML needed)."""
+    import torch
+
+    uuid = _normalise_uuid(getattr(torch.cuda.get_device_properties(cuda_index), "uuid", ""))
+    return f"GPU-{uuid}" if uuid else None
+
+
 def index_of(device: torch.device) -> int:
     """NVML's index of a CUDA device, matched by UUID when torch and NVML both report one; else the
     CUDA index (right whenever CUDA sees every GPU in bus order)."""

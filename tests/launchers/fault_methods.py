@@ -1,5 +1,5 @@
-"""Methods that fail on purpose, for the launcher and runner tests. Suites load them with
-`plugins: [tests.launchers.fault_methods]`."""
+"""Methods that fail on purpose (and one that proves cases run at once), for the launcher and runner
+tests. Suites load them with `plugins: [tests.launchers.fault_methods]`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dataclasses
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,3 +84,28 @@ class FaultExtras(Method):
 
     def result_extras(self) -> dict[str, Any]:
         return {"classes": {3, 1, 2}, "scores": torch.arange(3.0), "handle": object(), (1, 2): "tuple key"}
+
+
+@register_method("rendezvous", kind="masked")
+class Rendezvous(Method):
+    """Trains as dense does, after waiting in its first segment until `expect` cases have arrived
+    (a file each in `folder`): cases run one after another never all arrive, and each raises after
+    `wait_s`. What tells a test that cases ran at once without timing anything."""
+
+    @dataclasses.dataclass
+    class Params:
+        folder: str = ""
+        expect: int = 2
+        wait_s: float = 120.0
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        if self.params.folder and not getattr(self, "_met", False):
+            folder = Path(self.params.folder)
+            (folder / f"{os.getpid()}").touch()
+            deadline = time.monotonic() + self.params.wait_s
+            while len(list(folder.iterdir())) < self.params.expect:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"rendezvous: only {len(list(folder.iterdir()))} of {self.params.expect} cases arrived")
+                time.sleep(0.05)
+            self._met = True
+        return super().train_segment(batches, steps)
