@@ -118,6 +118,7 @@ class RunProgress:
         self.started = clock()
         self.finished = 0
         self.cases: dict[str, _Live] = {}
+        self._numbers: dict[str, int] = {}  # a case timed in several groups (dense) keeps its number
         self._lock = threading.RLock()
         self._last_line = self.started
         self._stop = threading.Event()
@@ -150,13 +151,13 @@ class RunProgress:
     # -- what the run loop reports ------------------------------------------------------------------
     def case_started(self, case_id: str) -> None:
         with self._lock:
-            self.cases[case_id] = _Live(index=self.finished + len(self.cases) + 1)
+            self.cases[case_id] = _Live(index=self._number(case_id))
             self._changed(case_id, announce=True)
 
     def stage(self, case_id: str, stage: str, done: int, total: int) -> None:
         """A live case's position: `done` of `total` in `stage` (as `build.Progress` reports it)."""
         with self._lock:
-            live = self.cases.setdefault(case_id, _Live(index=self.finished + len(self.cases) + 1))
+            live = self.cases.setdefault(case_id, _Live(index=self._number(case_id)))
             new_stage = stage != live.stage
             live.stage, live.done, live.total = stage, done, total
             self._changed(case_id, announce=new_stage)
@@ -171,10 +172,14 @@ class RunProgress:
         with self._lock:
             live = self.cases.pop(case_id, None)
             self.finished += int(count)
-            index = live.index if live else self.finished
+            index = live.index if live else self._number(case_id)
             self.console.print(f"case {index}/{self.total} {escape(case_id)}: {status_text(result)}", highlight=False)
             self._last_line = self.clock()
             self._update_bar(case_id)
+
+    def _number(self, case_id: str) -> int:
+        """1-based, in the order cases first started."""
+        return self._numbers.setdefault(case_id, len(self._numbers) + 1)
 
     # -- figures ------------------------------------------------------------------------------------
     def case_fraction(self, live: _Live) -> float:

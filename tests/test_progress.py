@@ -61,6 +61,21 @@ def test_plain_lines_at_each_stage_with_elapsed_and_eta() -> None:
     assert len(lines) == 6
 
 
+def test_a_case_timed_in_several_groups_keeps_its_number() -> None:
+    # dense is timed in each density's group: its second group must not read "case 4/3".
+    stream = io.StringIO()
+    suite = parse_suite(micro_suite())
+    with RunProgress(Console(file=stream, width=200), suite, total_cases=3, clock=Clock(), interval_s=0) as progress:
+        for group in (["rigl@0.5", "dense@1"], ["rigl@0.1", "dense@1"]):
+            for case_id in group:
+                progress.case_started(case_id)
+            for case_id in group:
+                progress.case_finished(case_id, _result(), count=case_id != "dense@1" or group[0] == "rigl@0.5")
+    finished = [line.split(":")[0] for line in stream.getvalue().splitlines() if ": ok" in line]
+    assert finished == ["case 1/3 rigl@0.5", "case 2/3 dense@1", "case 3/3 rigl@0.1", "case 2/3 dense@1"]
+    assert progress.finished == 3
+
+
 def test_a_heartbeat_between_events_off_a_terminal() -> None:
     stream = io.StringIO()
     suite = parse_suite(micro_suite())
