@@ -15,9 +15,10 @@ import torch
 
 from dstbench import distributed, registry
 from dstbench.cases import Case
-from dstbench.config import SuiteConfig, parse_suite
+from dstbench.config import SuiteConfig
 from dstbench.method import Method
 from dstbench.results import CaseResult
+from dstbench.suitefile import parse_suite
 from dstbench.vit import create_vit
 
 # progress(stage, done, total): stage is "warmup", "segment", "epoch" or "profile".

@@ -139,7 +139,7 @@ def print_run_summary(run_dir: Path, console: Console, selection: Selection | No
 
 def _assignments(values: list[str] | None) -> dict[str, Any]:
     """`--set KEY=VALUE...` as {dotted key: YAML value}; a later one for a key wins."""
-    from dstbench.config import parse_assignment
+    from dstbench.suitefile import parse_assignment
 
     out: dict[str, Any] = {}
     for text in values or []:
@@ -193,7 +193,7 @@ def _launcher_text(launcher: Any) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dstbench.config import SuiteError
+    from dstbench.suitefile import SuiteError
     from dstbench.run import plan_run, run_suite
 
     # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
@@ -230,7 +230,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from dstbench.config import SuiteError
+    from dstbench.suitefile import SuiteError
 
     console = Console(stderr=True, soft_wrap=True)
     try:

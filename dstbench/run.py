@@ -29,7 +29,7 @@ from rich.console import Console
 
 from dstbench.build import CaseTask
 from dstbench.cases import Case, expand_cases
-from dstbench.config import SuiteConfig, SuiteError, load_suite
+from dstbench.config import SuiteConfig
 from dstbench.coverage import PlannedCase, record_cases
 from dstbench.env import finish_collect_env, git_state, start_collect_env
 from dstbench.fmt import clip
@@ -40,6 +40,7 @@ from dstbench.progress import RunProgress
 from dstbench.results import CaseResult, append_result, iter_results, replace_results
 from dstbench.rundir import RUN_FILE, SUITE_FILE, RunDirError, RunLock, load_run_meta, make_unique_dir, slug, write_atomic
 from dstbench.scheduler import GroupRun, run_groups
+from dstbench.suitefile import SuiteError, load_suite
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
 # case was measured. Methods and densities may also be added (never removed or changed).

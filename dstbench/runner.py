@@ -23,12 +23,12 @@ import torch
 from dstbench import distributed
 from dstbench.build import CaseTask, Progress, base_result, build_method, failed_result, resolve_device
 from dstbench.cases import Case
-from dstbench.config import SuiteConfig, parse_suite
 from dstbench.data import speed_batches
 from dstbench.env import gpu_snapshot, plugin_versions, static_env
 from dstbench.groups import new_group_id
 from dstbench.method import Method, synchronize
 from dstbench.results import CaseResult
+from dstbench.suitefile import parse_suite
 from dstbench.trackers import (
     ActivationCounter,
     AllocatorPeak,

@@ -19,9 +19,9 @@ import dstbench
 from dstbench.accuracy import measure_accuracy
 from dstbench.cases import Case
 from dstbench.compact.vit import compact_blocks
-from dstbench.config import parse_suite
 from dstbench.runner import base_result
 from dstbench.sparse.masked import MaskedMethod
+from dstbench.suitefile import parse_suite
 from tests.conftest import SGD, micro_batches, micro_suite, micro_vit
 
 ADAM = {"name": "adamw", "lr": 1e-2, "weight_decay": 0.05}

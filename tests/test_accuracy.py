@@ -14,10 +14,10 @@ from dstbench import registry
 from dstbench.accuracy import WarmupCosine, evaluate, measure_accuracy
 from dstbench.cases import Case
 from dstbench.checkpoint import case_checkpoint_path
-from dstbench.config import parse_suite
 from dstbench.results import load_results
 from dstbench.run import run_suite
 from dstbench.runner import base_result
+from dstbench.suitefile import parse_suite
 from tests.conftest import micro_suite
 
 CPU = torch.device("cpu")

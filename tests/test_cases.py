@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dstbench.cases import Case, expand_cases
-from dstbench.config import parse_suite
+from dstbench.suitefile import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN
 

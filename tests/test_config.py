@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dstbench.config import MethodSpec, SuiteError, load_suite, parse_suite
+from dstbench.config import MethodSpec
+
+from dstbench.suitefile import SuiteError, load_suite, parse_suite
 from tests.conftest import micro_suite
 
 
@@ -121,7 +123,7 @@ def test_overrides_replace_top_level_keys(tmp_path) -> None:
 
 
 def test_dotted_overrides_reach_inside_and_are_validated_like_the_file(tmp_path) -> None:
-    from dstbench.config import parse_assignment
+    from dstbench.suitefile import parse_assignment
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(micro_suite(methods=["dense", "rigl"])))

@@ -15,8 +15,8 @@ import torch
 from dstbench import distributed
 from dstbench.accuracy import evaluate
 from dstbench.checkpoint import case_checkpoint_path, load_checkpoint
-from dstbench.config import parse_suite
 from dstbench.data.loaders import build_datasets, eval_loader
+from dstbench.suitefile import parse_suite
 from dstbench.vit import create_vit, input_shape
 from tests.conftest import SGD, micro_batches
 from tests.distributed_workers import (

@@ -309,7 +309,7 @@ def test_operator_split_keeps_attention_apart_from_matmuls() -> None:
 
 def _case_and_suite(**overrides: Any) -> tuple[Any, Any]:
     from dstbench.cases import expand_cases
-    from dstbench.config import parse_suite
+    from dstbench.suitefile import parse_suite
 
     suite = parse_suite(micro_suite(methods=["dense", "profiling_toy"], profile={"steps": 2}, **overrides))
     (case,) = expand_cases(suite, only=["profiling_toy"])

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from dstbench.cases import expand_cases
-from dstbench.config import parse_suite
 from dstbench.runner import CaseTask, resolve_device, run_case
+from dstbench.suitefile import parse_suite
 from tests.conftest import micro_suite
 
 REQUIRED = [

@@ -266,9 +266,9 @@ def summary(outcomes: list[Outcome]) -> str:
 
 def check_run(run_dir: str | Path) -> tuple[SuiteConfig, list[Outcome]]:
     """Expectations of the suite stored in `run_dir`, against its results and its coverage."""
-    from dstbench.config import load_suite
     from dstbench.report.derive import load_frame
     from dstbench.rundir import SUITE_FILE
+    from dstbench.suitefile import load_suite
 
     suite = load_suite(Path(run_dir) / SUITE_FILE)
     return suite, check_expectations(suite, load_frame([run_dir]), run_coverage(run_dir))

@@ -32,11 +32,11 @@ from typing import Any, Callable, Iterator
 
 from dstbench.build import CaseTask, Progress
 from dstbench.cases import Case
-from dstbench.config import parse_suite
 from dstbench.groups import Group
 from dstbench.launchers.placement import CPU_SIDE_BY_SIDE, Placement, placements_for
 from dstbench.launchers.subprocess import SubprocessCase, SubprocessLauncher, _context
 from dstbench.scheduler import GroupRun, run_groups
+from dstbench.suitefile import parse_suite
 
 STOP_GRACE_S = 30.0  # how long Ctrl-C waits for the slots to see their processes gone
 

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator
 from dstbench import extras
 from dstbench.build import CaseTask, Progress, failed_result
 from dstbench.cases import Case
-from dstbench.config import LauncherConfig, SuiteError
+from dstbench.config import LauncherConfig
 from dstbench.fmt import clip
 from dstbench.groups import Group, new_group_id
 from dstbench.launchers.placement import visible_gpus
@@ -57,6 +57,7 @@ from dstbench.lifeline import Terminated
 from dstbench.results import CaseResult
 from dstbench.rundir import slug, write_atomic
 from dstbench.scheduler import GroupRun
+from dstbench.suitefile import SuiteError
 
 JOBS_FILE = "jobs.json"
 JOBS_FOLDER = "jobs"

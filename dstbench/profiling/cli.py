@@ -102,7 +102,7 @@ def format_profile(line: dict[str, Any], run_dir: Path) -> str:
 def profile_override(suite_path: Path) -> dict[str, Any]:
     """The suite's own `profile` settings with profiling switched on (`--overrides` replace a whole
     top-level key, so the suite's steps and snapshot choice are carried over here)."""
-    from dstbench.config import SuiteError, read_yaml
+    from dstbench.suitefile import SuiteError, read_yaml
 
     try:
         data = read_yaml(suite_path)
@@ -113,7 +113,7 @@ def profile_override(suite_path: Path) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dstbench.config import SuiteError
+    from dstbench.suitefile import SuiteError
     from dstbench.results import iter_results
     from dstbench.run import run_suite
 

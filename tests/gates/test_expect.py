@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from dstbench.cli import main
-from dstbench.config import SuiteError, parse_suite
 from dstbench.gates.expect import check_expectations, describe
+from dstbench.suitefile import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.gates.synthetic import BASE_MS, line, scaled, write_run
 

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from dstbench.cli import main
-from dstbench.config import SuiteError, parse_suite
 from dstbench.launchers.placement import plan_slots, visible_gpus
 from dstbench.results import iter_results
-from dstbench.rundir import RESULTS_FILE
 from dstbench.run import plan_run, run_suite
+from dstbench.rundir import RESULTS_FILE
+from dstbench.suitefile import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import reap_all, survivors, wait_for_file
 from tests.launchers.fault_methods import PLUGIN

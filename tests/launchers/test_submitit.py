@@ -17,14 +17,14 @@ import pytest
 import yaml
 
 from dstbench.build import CaseTask, failed_result
-from dstbench.cli import main
 from dstbench.cases import expand_cases
-from dstbench.config import SuiteError, parse_suite
+from dstbench.cli import main
 from dstbench.launchers.submitit_job import TimeLimit, run_job, time_limit_handler
 from dstbench.launchers.submitit_launcher import load_jobs, slurm_parameters, status_for_state
 from dstbench.results import CaseResult, iter_results
-from dstbench.rundir import RESULTS_FILE, slug
 from dstbench.run import plan_run, resume_conflicts, run_suite
+from dstbench.rundir import RESULTS_FILE, slug
+from dstbench.suitefile import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import alive, reap_all, survivors, wait_for_file
 from tests.launchers.fault_methods import PLUGIN

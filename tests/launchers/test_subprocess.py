@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dstbench.cases import expand_cases
-from dstbench.config import parse_suite
 from dstbench.launchers.subprocess import SubprocessLauncher
 from dstbench.runner import CaseTask
+from dstbench.suitefile import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN
 

@@ -10,10 +10,11 @@ import yaml
 
 from dstbench.cases import expand_cases
 from dstbench.cli import main
-from dstbench.config import LauncherConfig, parse_suite
+from dstbench.config import LauncherConfig
 from dstbench.launchers.torchrun import GATHERED, TorchrunLauncher, first_failure, merge_ranks, rank_file, write_json_atomic
 from dstbench.results import CaseResult, iter_results
 from dstbench.runner import CaseTask
+from dstbench.suitefile import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.rank_faults import PLUGIN
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from dstbench.cases import expand_cases
-from dstbench.config import parse_suite
 from dstbench.runner import CaseTask, run_case
+from dstbench.suitefile import parse_suite
 from dstbench.trackers.noise import (
     CONTENDED_FRACTION, STARVED_CPU_SHARE, STARVED_WAIT_SHARE, assess, contention_warning, run_queue_wait_ns,
 )
