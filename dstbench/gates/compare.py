@@ -5,7 +5,9 @@ a case regresses (or improved) only when the ratio of medians (current / baselin
 threshold *and* a two-sided Mann-Whitney U test says the samples differ; a ratio within the
 threshold is unchanged; a ratio beyond it that the samples cannot prove is **inconclusive**, shown
 and counted, never reported as no change. Cases whose segment times spread widely (IQR / median
-above 10%: noisy, 25%: very noisy) or that were timed under contention say so in their notes.
+above 10%: noisy, 25%: very noisy) or that were timed under contention say so in their notes, and
+a time change beyond the threshold on a side timed under contention is inconclusive, whatever the
+test says: starved segments measure the machine's load, not the code.
 Memory is judged from exact figures (allocator peak where both runs have it, training-state and
 activation bytes always) against its own threshold, with no test: byte counts do not jitter.
 
@@ -208,6 +210,11 @@ def compare_time(base: list[float], cur: list[float], threshold_pct: float, alph
     return TimeVerdict(base_ms, cur_ms, ratio, p_value, verdict, note)
 
 
+def is_contended(line: dict[str, Any]) -> bool:
+    noise = line.get("noise")
+    return isinstance(noise, dict) and bool(noise.get("contended"))
+
+
 def noise_notes(base: dict[str, Any], cur: dict[str, Any]) -> list[str]:
     """Why a side's time is less trustworthy: its samples spread widely, or it was contended."""
     notes = []
@@ -218,9 +225,8 @@ def noise_notes(base: dict[str, Any], cur: dict[str, Any]) -> list[str]:
             level = noise_level(float(q3 - q1) / float(median))
             if level:
                 notes.append(f"{label} {level} (IQR/median {(q3 - q1) / median:.0%})")
-        noise = line.get("noise")
-        if isinstance(noise, dict) and noise.get("contended"):
-            notes.append(f"{label} contended ({noise.get('starved_segments')} segments starved)")
+        if is_contended(line):
+            notes.append(f"{label} contended ({line['noise'].get('starved_segments')} segments starved)")
     return notes
 
 
@@ -254,6 +260,10 @@ def compare_case(
             if result.time.note:
                 result.notes.append(result.time.note)
             result.notes += noise_notes(base, cur)
+            if result.time.verdict in ("regression", "improvement") and (is_contended(base) or is_contended(cur)):
+                # A starved side's times say how busy the machine was, not what the code costs.
+                result.time.verdict = "inconclusive"
+                result.notes.append("time change not attributed: timed under contention")
         else:
             result.notes.append("no segment samples; time not compared")
     for field, label in MEMORY_METRICS:

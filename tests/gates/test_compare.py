@@ -90,6 +90,21 @@ def test_faster_run_is_reported_as_improvement(tmp_path: Path, capsys: pytest.Ca
     assert "improved: time" in out and "1 improved" in out
 
 
+def test_a_slowdown_timed_under_contention_is_inconclusive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 3x slower and significant, but the current side was starved: the machine, not the code.
+    contended = {"contended": True, "starved_segments": 10}
+    base, cur = _pair(tmp_path, [line("rigl", 0.1)], [line("rigl", 0.1, segment_ms=scaled(BASE_MS, 3.0), noise=contended)])
+    code, out, _ = _compare(capsys, base, cur)
+    assert code == 0 and "0 regressed" in out and "1 inconclusive" in out
+    assert "current contended (10 segments starved)" in out and "timed under contention" in out
+    code, _, _ = _compare(capsys, base, cur, "--strict")
+    assert code == 1
+    # Memory is exact and still gates a contended case.
+    _, cur2 = _pair(tmp_path / "m", [line("rigl", 0.1)], [line("rigl", 0.1, state_bytes=2_000_000, noise=contended)])
+    code, out, _ = _compare(capsys, base, cur2)
+    assert code == 1 and "REGRESSION" in out
+
+
 def test_too_few_samples_are_flagged_as_ungated() -> None:
     verdict = compare_time([100.0, 101.0, 99.0], [200.0, 201.0, 199.0], threshold_pct=10, alpha=0.05)
     assert min_p_value(3, 3) == pytest.approx(0.1)
