@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT", help="memory change, in percent, that counts (exact: no test)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the time test (Mann-Whitney U)")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
-    p.add_argument("--strict", action="store_true", help="a different GPU, torch or device is an error (exit 2); an inconclusive case fails (exit 1)")
+    p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version is an error (exit 2); an inconclusive case fails (exit 1)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
     p.set_defaults(func=_lazy("dstbench.gates.compare"))
 

@@ -25,7 +25,7 @@ from dstbench.rundir import slug
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 METRICS = (
-    "speedup",  # reference median time / method median time, same density
+    "speedup",  # median of per-round reference time / method time, same density (derive.speedup_stats)
     "memory_reduction",  # 1 - peak / peak_ref (allocator peak, else state + activation bytes)
     "state_ratio",  # training-state bytes / reference's
     "activation_ratio",  # activation bytes / reference's
@@ -471,6 +471,9 @@ class SuiteConfig(Strict):
                 if exp.min is None and exp.max is None:
                     # Without bounds the expectation could never fail.
                     raise ValueError(f"{where}: metric {exp.metric} needs `min` and/or `max`")
+                if exp.min is not None and exp.max is not None and exp.min > exp.max:
+                    # ... and with these it could never pass.
+                    raise ValueError(f"{where}: min {exp.min:g} is above max {exp.max:g}")
             if not exp.is_glob and exp.method not in keys:
                 raise ValueError(f"{where}.method: {exp.method!r} is not a method of the suite ({', '.join(keys)})")
             if exp.vs is not None and exp.vs not in keys:

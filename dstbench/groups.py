@@ -30,7 +30,7 @@ import secrets
 from collections import OrderedDict
 from typing import Any, Iterable
 
-from dstbench.cases import Case
+from dstbench.cases import Case, density_text
 from dstbench.results import CaseResult
 from dstbench.trackers.latency import summarize_ms
 from dstbench.trackers.noise import assess, contention_warning
@@ -60,7 +60,8 @@ def new_group_id(key: str) -> str:
 
 
 def density_key(density: float) -> str:
-    return f"d={float(density):g}"
+    # As case ids do: `:g` would put 0.5 and 0.5000001 in one group.
+    return f"d={density_text(density)}"
 
 
 def plan_groups(cases: list[Case], reference: str, *, interleave: bool) -> list[Group]:
@@ -127,6 +128,18 @@ def strip_group(line: dict[str, Any], base: str) -> dict[str, Any] | None:
     out = dict(line, groups=ids)
     groups = list(line.get("segment_group") or [])
     keep = [i for i, g in enumerate(groups) if base_key(g) != base]
+    if groups and len(keep) < len(groups):
+        # Totals over the whole line lose the stripped group's share. Each group runs the case from
+        # step 0 with the same schedule, so updates split evenly by segments; their time and the
+        # wall time nearly so. Joules cannot be split: energy is left unmeasured.
+        share = len(keep) / len(groups)
+        for key in ("topology_updates", "topology_ms", "duration_s"):
+            if isinstance(line.get(key), (int, float)):
+                out[key] = round(line[key] * share) if key == "topology_updates" else line[key] * share
+        if isinstance(line.get("topology_detail_ms"), dict):
+            out["topology_detail_ms"] = {k: v * share for k, v in line["topology_detail_ms"].items()}
+        if isinstance(line.get("energy"), dict) and line["energy"].get("measured"):
+            out["energy"] = {"measured": False, "reason": f"group {base} was timed again; its joules cannot be separated"}
     for key in SEGMENT_LISTS:
         values = list(line.get(key) or [])
         if len(values) == len(groups):

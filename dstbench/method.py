@@ -184,11 +184,14 @@ class Method:
             hints = typing.get_type_hints(cls.Params)
         except Exception:  # a plugin's annotation that does not resolve: its __post_init__ checks
             hints = {}
-        for name, value in params.items():
+        params = dict(params)  # the caller's mapping is left as it was
+        for name, value in list(params.items()):
             if name in hints and not param_fits(value, hints[name]):
                 raise TypeError(
                     f"method {cls.name!r}: parameter {name} must be {_type_name(hints[name])}, got {short_repr(value)}"
                 )
+            if hints.get(name) is int and isinstance(value, float):
+                params[name] = int(value)  # `delta_t: 1.0e2` (YAML reads a float) is the int it names
         return cls.Params(**params)
 
     # -- the live objects ---------------------------------------------------------------------------

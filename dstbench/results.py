@@ -249,7 +249,8 @@ def replace_results(run_dir: Path, drop: set[str], results: list[CaseResult]) ->
                 data = json.loads(raw)
             except json.JSONDecodeError:
                 data = None
-            if raw.strip() and not (isinstance(data, dict) and data.get("case_id") in drop):
+            case = data.get("case_id") if isinstance(data, dict) else None
+            if raw.strip() and not (isinstance(case, str) and case in drop):
                 kept.append(raw)
     for result in results:
         if result.run_id is None:

@@ -210,14 +210,16 @@ def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[s
         old = lines.get(result.case_id)
         if old is not None:
             earlier = [g for g in old.get("groups") or [] if g in written]
-            if result.case_id in shared or earlier:
+            elsewhere = any(base_key(g) != timed.group.base for g in old.get("groups") or [])
+            if result.case_id in shared or earlier or elsewhere:
                 if not any(base_key(g) == timed.group.base for g in earlier):
                     old = strip_group(old, timed.group.base)
                 result = merge_shared(old, result)
         results.append(result)
     written.update([timed.group_id, *(g for r in results for g in r.groups)])
     replaced = {r.case_id for r in results} & set(lines)
-    if replaced:
+    if replaced or len(results) > 1:
+        # One atomic rewrite: an interruption never leaves half a group in results.jsonl.
         replace_results(run_dir, replaced, results)
     else:
         for result in results:
@@ -229,8 +231,9 @@ def run_cases(
     suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
     launcher: Any = None, shared: set[str] | None = None,
 ) -> list[CaseResult]:
-    """Time the groups one after another, reporting progress (`dstbench.progress`); write each
-    group's lines as it ends and print one line per case. `shared`: the cases that belong to several groups of the
+    """Time the groups (one after another, or as the launcher places them: `schedule_groups`),
+    reporting progress (`dstbench.progress`); write each group's lines as it ends and print one
+    line per case. `shared`: the cases that belong to several groups of the
     whole plan (default: of `groups`)."""
     launcher = launcher or make_launcher(suite.launcher)
     suite_data = suite.model_dump(mode="json")
@@ -297,6 +300,7 @@ class RunPlan:
     todo: list[Case]
     launcher: Any
     groups: list[Group]
+    shared: set[str]  # the cases timed in several groups of the whole suite (dense)
 
 
 def plan_run(
@@ -331,14 +335,20 @@ def plan_run(
     if problems:
         raise SuiteError(str(suite_path), problems)
     groups = timing_groups(suite, cases, launcher)
-    todo_groups = pending_groups(groups, run_dir)
-    return RunPlan(suite, suite_path, overrides, expand_cases(suite), cases, run_dir, cases_of(todo_groups), launcher, groups)
+    all_cases = expand_cases(suite)
+    # Shared across the whole suite, not the selection: with one density selected dense sits in one
+    # group, yet its line holds the other densities' segments too (`--resume --density`).
+    shared = shared_cases(timing_groups(suite, all_cases, launcher))
+    todo_groups = pending_groups(groups, run_dir, shared)
+    return RunPlan(suite, suite_path, overrides, all_cases, cases, run_dir, cases_of(todo_groups), launcher, groups, shared)
 
 
-def pending_groups(groups: list[Group], run_dir: Path | None) -> list[Group]:
+def pending_groups(groups: list[Group], run_dir: Path | None, shared: set[str] | None = None) -> list[Group]:
     """The groups whose cases still need timing: a group not done is timed again whole
-    (dstbench.groups), and its cases' lines are then replaced."""
-    lines, shared = (_latest_lines(run_dir) if run_dir else {}), shared_cases(groups)
+    (dstbench.groups), and its cases' lines are then replaced. `shared`: as `RunPlan.shared`
+    (default: the cases shared by `groups`)."""
+    lines = _latest_lines(run_dir) if run_dir else {}
+    shared = shared_cases(groups) if shared is None else shared
     return [g for g in groups if not group_done(g, lines, shared)]
 
 
@@ -377,8 +387,8 @@ def run_suite(
         # Which cases the suite has and which this run was asked for: reports and `check` tell an
         # unfinished run from one that selected fewer cases (dstbench.coverage).
         record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
-        shared = shared_cases(plan.groups)
-        todo_groups = pending_groups(plan.groups, run_dir)  # again, under the lock
+        shared = plan.shared
+        todo_groups = pending_groups(plan.groups, run_dir, shared)  # again, under the lock
         todo = cases_of(todo_groups)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
@@ -388,7 +398,7 @@ def run_suite(
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
             # `--resume` runs them. Which were left is noted in run.json and said here.
-            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, run_dir))]
+            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, run_dir, shared))]
             try:
                 record_interruption(run_dir, unfinished, stop)
             except OSError:

@@ -43,7 +43,7 @@ from dstbench.trackers.energy import EnergyMeter
 from dstbench.trackers.memory import current_rss_bytes
 from dstbench.trackers.noise import NoiseRecord, contention_warning
 
-# Re-exported: what launchers and tests import from the runner.
+# Re-exported: what tests and scripts import from the runner.
 __all__ = [
     "CaseSession", "CaseTask", "Progress", "SegmentTag", "base_result", "build_method", "execute_case", "failed_result",
     "failure", "resolve_device", "run_case",

@@ -88,7 +88,7 @@ def _time_group(
         results = []
         for handle in handles:
             results.append(handle.finish())
-            handle.close()  # its process exits: the group's memory shrinks as it finishes
+            handle.close()  # a case process exits here: the group's memory shrinks as it finishes
         for result in results:
             result.groups = [group_id]
         device_type = next((h.ready["device_type"] for h in handles if h.ready), None)

@@ -8,6 +8,7 @@ far (an alias bomb, see `dstbench.safeyaml`), nesting too deep, a plugin that ra
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from pathlib import Path
@@ -126,7 +127,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: str =
             last = depth == len(parts) - 1
             where = ".".join(parts[: depth + 1])
             if isinstance(node, list):
-                if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+                if not re.fullmatch(r"-?[0-9]+", part) or not -len(node) <= int(part) < len(node):
                     problems.append((f"--set {key}", f"{where}: no item {part} in a list of {len(node)}"))
                     break
                 if last:
@@ -143,7 +144,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: str =
                         node[part] = {}
                     node = node[part]
             else:
-                problems.append((f"--set {key}", f"{'.'.join(parts[:depth])} is {node!r}, not a mapping"))
+                problems.append((f"--set {key}", f"{'.'.join(parts[:depth])} is {short_repr(node)}, not a mapping"))
                 break
     if problems:
         raise SuiteError(path, problems)

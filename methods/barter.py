@@ -66,7 +66,9 @@ from dstbench import distributed, phases
 from dstbench.compact.importance import TaylorImportance
 from dstbench.compact.surgery import Swap, blank_units, remap_optimizer, resize_units
 from dstbench.compact.topology import assign_slots, exchange_counts, made_by, plan_exchange
-from dstbench.compact.vit import compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology
+from dstbench.compact.vit import (
+    compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology, unit_activation_bias,
+)
 from dstbench.method import Method
 from dstbench.optim import build_optimizer
 from dstbench.registry import register_method
@@ -123,6 +125,9 @@ class Barter(Method):
             self.params.delta_t, self.params.t_end, self.params.drop_fraction, self.total_steps
         )
         self._full_numel = full_prunable_numel(self._model)
+        if self.params.grow == "clone_or_new":
+            for block in compact_blocks(self._model):
+                unit_activation_bias(block.mlp.act)  # an activation that never reaches 1: fail now, not at the first update
         # Under DDP the scores are taken from the averaged gradients (see TaylorImportance).
         self.importance = TaylorImportance(self._model, self.scaler, from_synced_grads=self.distributed)
         self.history: list[dict[str, Any]] = [self._snapshot(0)]
@@ -295,7 +300,8 @@ def _grow_scores(modules: list[Any]) -> torch.Tensor:
     """RigL's grow criterion for whole units, from the update step's gradients (already there, so
     nothing is added to the other steps): flat, every unit's outgoing-gradient norm (a clone of it
     starts with exactly that gradient), then per block the norm of the output-bias gradient (a new
-    unit's outgoing gradient, see the module docstring); NaN where that bias has no gradient."""
+    unit's outgoing gradient, see the module docstring); 0 where that bias has no gradient (blocks
+    that cannot make a unit are set to NaN in `_plan`)."""
     units, new = [], []
     for module in modules:
         out = module.unit_axes()[-1]

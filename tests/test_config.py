@@ -142,6 +142,8 @@ def test_dotted_overrides_reach_inside_and_are_validated_like_the_file(tmp_path)
         load_suite(path, {"batch_size.x": 1})
     with pytest.raises(SuiteError, match="no item 5 in a list of 2"):
         load_suite(path, {"methods.5.name": "set"})
+    with pytest.raises(SuiteError, match="no item --1 in a list of 2"):
+        load_suite(path, {"methods.--1.name": "set"})
     for bad in ("timing", "=3", "a..b=1"):
         with pytest.raises(ValueError, match="KEY=VALUE"):
             parse_assignment(bad)

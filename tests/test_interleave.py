@@ -96,6 +96,8 @@ def test_a_shared_case_keeps_every_groups_segments_and_drops_a_retimed_groups() 
     stripped = strip_group(old, "d=0.1")
     assert stripped["groups"] == ["d=0.5#aaa"] and stripped["segment_ms"] == [10.0, 11.0]
     assert stripped["noise"]["cpu_share"] == [1.0, 1.0]
+    totals = strip_group({**old, "duration_s": 8.0, "topology_updates": 2, "energy": {"measured": True, "joules": 5.0}}, "d=0.1")
+    assert totals["duration_s"] == 4.0 and totals["topology_updates"] == 1 and not totals["energy"]["measured"]
     merged = merge_shared(stripped, CaseResult.from_dict(_line("dense@1", ["d=0.1#ccc"], [12.0, 13.0])))
     assert merged.groups == ["d=0.5#aaa", "d=0.1#ccc"]
     assert merged.segment_ms == [10.0, 11.0, 12.0, 13.0] and merged.segment_group[-1] == "d=0.1#ccc"
@@ -107,6 +109,21 @@ def test_a_shared_case_keeps_every_groups_segments_and_drops_a_retimed_groups() 
     lines = {"dense@1": stripped}
     group = plan_groups([Case("dense", "dense", "dense", 1.0), Case("rigl", "rigl", "masked", 0.1)], "rigl", interleave=True)[0]
     assert not group_done(group, lines, {"dense@1"})  # dense lacks d=0.1 and rigl has no line
+
+
+def test_dense_keeps_each_densitys_segments_when_densities_run_one_at_a_time(tmp_path: Path) -> None:
+    # `--density 0.5`, then `--resume --density 0.1`: dense is in one group of each selection, yet
+    # its line must end up with both groups' segments, not the last one's only.
+    suite = _suite_file(tmp_path, methods=["dense", "rigl"], densities=[0.5, 0.1], reference="rigl")
+    run_dir = run_suite(suite, out=tmp_path / "runs", densities=[0.5])
+    run_suite(suite, out=tmp_path / "runs", resume=str(run_dir), densities=[0.1])
+    lines = {line["case_id"]: line for line in iter_results(run_dir)}
+    assert set(lines) == {"dense@1", "rigl@0.5", "rigl@0.1"}
+    assert sorted(base_key(g) for g in lines["dense@1"]["groups"]) == ["d=0.1", "d=0.5"]
+    assert len(lines["dense@1"]["segment_ms"]) == 6
+    # Resumed again with nothing selected left to time: no line changes.
+    run_suite(suite, out=tmp_path / "runs", resume=str(run_dir), densities=[0.5])
+    assert {line["case_id"]: line for line in iter_results(run_dir)} == lines
 
 
 def test_resume_of_an_interrupted_interleaved_group_times_it_again_whole(tmp_path: Path) -> None:

@@ -84,6 +84,8 @@ def test_an_update_can_replace_the_optimizer_step() -> None:
 
 def test_params_are_parsed_and_unknown_ones_rejected() -> None:
     assert make(every=5).params.every == 5
+    every = make(every=5.0).params.every  # YAML's 5.0 (or 5e0) names the int 5
+    assert every == 5 and type(every) is int
     with pytest.raises(TypeError, match=r"unknown parameter\(s\) \['evry'\] \(allowed: every\)"):
         make(evry=5)
 

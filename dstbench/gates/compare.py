@@ -391,7 +391,10 @@ def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
     if code == EXIT_USAGE:
         return "ERROR: the runs' environments differ (--strict)"
     if code == EXIT_FAILED:
-        return "FAIL: " + "; ".join(f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed)
+        parts = [f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed]
+        if strict:
+            parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]
+        return "FAIL: " + "; ".join(parts)
     return f"PASS: no regression in {len(comparison.cases)} cases"
 
 

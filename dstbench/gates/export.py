@@ -139,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     document, skipped = export_run(run_dir)
     for case in skipped:
-        print(f"dstbench export: left out {case}: no timed samples", file=sys.stderr)
+        print(f"dstbench export: left out {case}: not ok, or no timed samples", file=sys.stderr)
     if not document["benchmarks"]:
         # pytest-benchmark cannot show an empty file; say so rather than write one.
         print(f"dstbench export: {run_dir}: no ok case with segment samples", file=sys.stderr)

@@ -141,6 +141,9 @@ class SubprocessCase:
         )
         try:
             self.process.start()
+        except OSError as exc:  # no process (too many open files, a broken fork server): this case fails, the run goes on
+            self._fail("crash", f"could not start the case process: {exc}")
+            return
         finally:
             child.close()  # only the child holds this end: EOF on `conn` then means the child is gone
         self.pid = self.process.pid

@@ -1,7 +1,7 @@
 """Reports from run folders: derived figures, tables, plots, one self-contained HTML page per
 report, and a static site of runs.
 
-    derive.py       result lines -> DataFrame with speedup (+ bootstrap CI), memory reduction, ...
+    derive.py       result lines -> DataFrame with speedup (+ paired order-statistic CI), memory reduction, ...
     figures.py      below every plot: `Plot`, `plot_style`, `new_figure` and the phone layout,
                     `palette`, `legend_outside`, `coincident_groups`, `figure_to_uri`
     sections.py     the registry of report sections (below); imports figures only

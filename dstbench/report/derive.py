@@ -7,7 +7,7 @@ bootstrap interval), byte counts and FLOP counts from the result lines.
 Speedup (`speedup_stats`): where a case and its reference were timed in the same group, round r
 gives the ratio reference_ms[r] / method_ms[r]; the speedup is the median of those ratios and its
 interval the distribution-free order-statistic interval of that median (coverage >= 95% from 6
-rounds on; with fewer, the range of the ratios). Elsewhere (runs made with `interleave: false`,
+rounds on; with fewer, none, as even the range would cover less). Elsewhere (runs made with `interleave: false`,
 lines written before interleaving existed) it is the ratio of medians with a percentile bootstrap
 interval. `speedup_basis` says which.
 
@@ -84,10 +84,11 @@ def paired_ratios(reference: pd.Series | dict[str, Any], method: pd.Series | dic
 
 def median_ci(values: list[float], level: float = CI_LEVEL) -> tuple[float, float]:
     """Order-statistic interval of the median: [x(k), x(n-k+1)] for the largest k whose coverage
-    1 - 2 P(Binomial(n, 1/2) < k) is at least `level`; the range when n is too small for it."""
+    1 - 2 P(Binomial(n, 1/2) < k) is at least `level`. None below 6 values: even their range
+    covers less than 95% (5 values: 93.8%), and a table would still label it "95% CI"."""
     ordered = sorted(values)
     n = len(ordered)
-    if n == 0:
+    if n == 0 or 1 - 2 * binom.cdf(0, n, 0.5) < level:
         return (np.nan, np.nan)
     k = 1
     while k + 1 <= n - k and 1 - 2 * binom.cdf(k, n, 0.5) >= level:
@@ -126,7 +127,7 @@ def plausibility(row: pd.Series, values: dict[str, Any]) -> list[str]:
     low = values.get("speedup_ci_low")
     for column, label in SPEED_LIMITS.items():
         limit = values.get(column)
-        if present(low) and present(limit) and low > limit * (1 + LIMIT_TOLERANCE):
+        if present(low) and present(limit) and limit > 0 and low > limit * (1 + LIMIT_TOLERANCE):
             flags.append(
                 f"speedup {values['speedup']:.2f}x [{low:.2f}, {values['speedup_ci_high']:.2f}] is beyond its {label} "
                 f"{limit:.2f}x ({values['speedup'] / limit:.0%} of it)"
@@ -252,7 +253,7 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
                 values["memory_reduction"] = 1.0 - own_mem / ref_mem
             values["state_ratio"] = _ratio(row, ref, "state_bytes")
             values["activation_ratio"] = _ratio(row, ref, "activation_bytes")
-            if present(row.get("flops_per_step")) and present(ref.get("flops_per_step")) and row["flops_per_step"]:
+            if present(row.get("flops_per_step")) and present(ref.get("flops_per_step")) and row["flops_per_step"] and ref["flops_per_step"]:
                 values["flop_limit"] = float(ref["flops_per_step"]) / float(row["flops_per_step"])
                 values["flop_fraction"] = values["speedup"] / values["flop_limit"]  # NaN without a speedup
         if row["status"] == "ok":

@@ -121,7 +121,8 @@ def _listing(frame: pd.DataFrame, value: Any, groups: list[list[str]] | None = N
 
 @register_plot(
     "speedup_plot", "Speedup vs density", order=100,
-    caption="Ratio of median segment times at each density, with its 95% bootstrap interval; dashed: "
+    caption="Median over interleaved rounds of the per-round time ratio at each density, with its 95% "
+    "order-statistic interval (unpaired runs: ratio of medians, bootstrap interval); dashed: "
     "the speedup the FLOP count allows; dotted (compact methods): the speedup small_dense, a plain dense "
     "model of the same shapes, reaches.",
 )
@@ -227,7 +228,14 @@ def segment_plot(derived: pd.DataFrame) -> Plot | None:
         # seaborn 0.13 passes matplotlib's deprecated `vert` to boxplot; nothing to act on here.
         warnings.simplefilter("ignore", matplotlib.MatplotlibDeprecationWarning)
         sns.boxplot(data=long, x="segment_ms", y="case", hue="series", palette=colors, showfliers=False, legend=False, ax=ax)
-    sns.stripplot(data=long, x="segment_ms", y="case", color="0.15", size=3, jitter=0.15, ax=ax)
+    # seaborn jitters with numpy's global generator: seed it here (and put it back) so a report
+    # drawn twice is the same file.
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        sns.stripplot(data=long, x="segment_ms", y="case", color="0.15", size=3, jitter=0.15, ax=ax)
+    finally:
+        np.random.set_state(state)
     steps = {int(s) for s in frame["segment_steps"] if pd.notna(s)} if "segment_steps" in frame else set()
     per = f"{steps.pop()}-step segment" if len(steps) == 1 else "segment"
     ax.set(xlabel=f"ms per {per}", ylabel="")

@@ -149,15 +149,17 @@ def render_sections(derived: pd.DataFrame, *, images: bool = True, terminal_only
 
 def _draw(section: Section, derived: pd.DataFrame, narrow: bool) -> tuple[Plot | None, tuple[str, int, int] | None]:
     """The section's plot in one layout, and its SVG (None: its data is absent)."""
+    # Saved inside the style too: matplotlib reads some settings (the SVG id salt, math parsing of
+    # tick labels made while drawing) only when the figure is written.
     with plot_style(), narrow_layout(narrow):
         result = section.build(derived)
-    if result is None:
-        return None, None
-    plot = result if isinstance(result, Plot) else Plot(result, alt="")
-    try:
-        return plot, figure_to_uri(plot.figure)
-    finally:
-        close(plot.figure)
+        if result is None:
+            return None, None
+        plot = result if isinstance(result, Plot) else Plot(result, alt="")
+        try:
+            return plot, figure_to_uri(plot.figure)
+        finally:
+            close(plot.figure)
 
 
 def _render_plot(section: Section, derived: pd.DataFrame, rendered: Rendered) -> None:
@@ -169,6 +171,10 @@ def _render_plot(section: Section, derived: pd.DataFrame, rendered: Rendered) ->
     rendered.image_uri, rendered.width_px, rendered.height_px = image
     rendered.alt = plot.alt or section.title
     rendered.title = plot.title or section.title
-    _, narrow = _draw(section, derived, narrow=True)
+    try:
+        _, narrow = _draw(section, derived, narrow=True)
+    except Exception:  # noqa: BLE001 - the wide plot stands; the phone layout falls back to it
+        print(f"report section {section.key!r}: narrow layout failed:\n{traceback.format_exc()}", file=sys.stderr)
+        narrow = None
     if narrow is not None:
         rendered.narrow_uri, rendered.narrow_width_px, rendered.narrow_height_px = narrow

@@ -109,6 +109,7 @@ def paired_difference(frame: pd.DataFrame, baseline: str, metric: str = "top1", 
     rows = []
     for (method, density), cases in ok[ok["method"] != baseline].groupby(["method", "density"], sort=False):
         diffs = [v - base[(density, s)] for s, v in zip(cases["seed"], cases["value"]) if (density, s) in base.index]
+        diffs = [d for d in diffs if np.isfinite(d)]  # a seed without the metric on either side pairs nothing
         if diffs:
             mean, low, high = mean_ci(diffs, level)
             rows.append({"method": method, "density": float(density), "n": len(diffs), "diff_mean": mean,

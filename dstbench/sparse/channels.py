@@ -126,7 +126,7 @@ class ChannelPruner:
                     unit=unit,
                     # Chase's floor: int(C * (1 - S_c) * minimum_ratio).
                     floor=int(channels * (1.0 - final_sparsity) * floor_ratio),
-                    # (the layer's first parameter: a csr layer has `values`, not `weight`)
+                    # (any of the layer's parameters: a csr layer has `values`, not `weight`)
                     keep=torch.ones(channels, dtype=torch.bool, device=next(layer.parameters()).device),
                 )
             )

@@ -51,6 +51,10 @@ class MaskLayoutParams:
             raise ValueError(f"execution must be one of {list(EXECUTIONS)}, got {self.execution!r}")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
+        try:
+            re.compile(self.prunable)
+        except re.error as exc:
+            raise ValueError(f"prunable is not a valid regular expression ({exc}): {self.prunable!r}") from None
 
 
 @dataclasses.dataclass
@@ -66,10 +70,6 @@ class MaskedParams(MaskLayoutParams):
             raise ValueError(f"delta_t must be a positive integer, got {self.delta_t!r}")
         if self.t_end < 0:
             raise ValueError(f"t_end must be >= 0, got {self.t_end}")
-        try:
-            re.compile(self.prunable)
-        except re.error as exc:
-            raise ValueError(f"prunable is not a valid regular expression ({exc}): {self.prunable!r}") from None
 
 
 @dataclasses.dataclass
@@ -223,9 +223,14 @@ class MaskedMethod(Method):
 
     # -- checkpoints --------------------------------------------------------------------------------
     def extra_state_dict(self) -> dict[str, Any]:
-        return {"masks": self.mask_set.state_dict(), "updates_skipped": self.updates_skipped}
+        return {"masks": self.mask_set.state_dict(), "updates_skipped": self.updates_skipped, "execution": self.execution.name}
 
     def load_extra_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("execution")  # None: a checkpoint from before executions were recorded
+        if saved is not None and saved != self.execution.name:
+            # Their saved structures differ (csr keeps values, 2:4 needs 2:4 masks): loading one into
+            # another would fail obscurely or train a matrix other than the one computed with.
+            raise ValueError(f"the checkpoint was made with execution {saved!r}; this case runs {self.execution.name!r}")
         if "masks" in state:
             self.mask_set.load_state_dict(state["masks"])
         self.updates_skipped = int(state.get("updates_skipped", 0))

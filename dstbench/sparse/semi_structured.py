@@ -149,6 +149,12 @@ class SemiStructuredMaskSet(MaskSet):
     def set_mask(self, name: str, new: torch.Tensor) -> None:
         super().set_mask(name, project_transposable_2to4(new.to(torch.bool), self.weights[name]))
 
+    def load_state_dict(self, masks: Mapping[str, torch.Tensor]) -> None:
+        bad = sorted(name for name in self.weights if name in masks and not is_transposable_2to4(masks[name].to(torch.bool)))
+        if bad:
+            raise ValueError(f"checkpoint masks are not transposable 2:4: {bad}")
+        super().load_state_dict(masks)
+
 
 def swap_linears(model: torch.nn.Module, masks: MaskSet) -> None:
     """Swap each masked `nn.Linear` of `masks` for a `SemiStructuredLinear` around its Parameters."""

@@ -119,6 +119,7 @@ def test_failed_case_and_missing_case_fail() -> None:
         ({"metric": "speedup", "method": "chase", "min": 3.0}, "expect.0.method", "'chase' is not a method of the suite"),
         ({"metric": "speedup", "method": "barter", "vs": "rigl2", "min": 3.0}, "expect.0.vs", "'rigl2' is not a method"),
         ({"metric": "speedup", "method": "barter"}, "expect.0", "needs `min` and/or `max`"),
+        ({"metric": "speedup", "method": "barter", "min": 3, "max": 2}, "expect.0", "min 3 is above max 2"),
         ({"metric": "speedup", "method": "barter", "min": 1, "tolerance": 0.1}, "expect.0.tolerance", "only for metric density_achieved"),
         ({"metric": "speedup", "method": "barter", "density": 0.3, "min": 1}, "expect.0.density", "no case at 0.3 (densities: 0.1, 0.5, 1)"),
         ({"metric": "density_achieved", "method": "*", "density": 1.5}, "expect.0.density", "outside (0, 1]"),

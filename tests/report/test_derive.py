@@ -124,7 +124,9 @@ def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
     assert stats.value == pytest.approx(float(np.median(ratios)))
     ordered = sorted(ratios)
     assert (stats.ci_low, stats.ci_high) == (ordered[1], ordered[8])  # x(2), x(9): 97.9% for n = 10
-    assert median_ci([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few for 95%: the range
+    # Too few rounds for a 95% interval: none, rather than a range labelled 95% that covers less.
+    assert all(np.isnan(median_ci([1.0, 2.0, 3.0, 4.0, 5.0])))  # the range would cover 93.8%
+    assert median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)  # 96.9%
     # Samples of another group (or untagged ones) do not pair: ratio of medians, bootstrap interval.
     other = _tagged(own["segment_ms"], group="d=0.1#bbb")
     assert speedup_stats(other, ref).basis == "unpaired"

@@ -13,7 +13,7 @@ import torch
 import dstbench
 from dstbench.sparse.csr import CsrLinear, CsrMaskSet
 from dstbench.trackers import training_state_bytes
-from tests.conftest import ADAMW, SGD, micro_batches
+from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 from tests.sparse.helpers import MASKED_METHODS, micro_method
 
 STEPS = 10  # updates at steps 3, 6 and 9
@@ -104,6 +104,18 @@ def test_csr_checkpoint_resumes_where_it_stopped(name: str) -> None:
     losses_resumed, masks_resumed = _train(resumed, steps=4, seed=3)
     assert losses_resumed == losses
     assert all(torch.equal(masks[-1][k], masks_resumed[-1][k]) for k in masks[-1])
+
+
+def test_a_checkpoint_loads_only_into_its_own_execution() -> None:
+    masked = micro_method("rigl", ADAMW)
+    _train(masked, steps=4)
+    with pytest.raises(ValueError, match="made with execution 'masked'; this case runs 'csr'"):
+        micro_method("rigl", ADAMW, execution="csr").load_state_dict(copy.deepcopy(masked.state_dict()))
+
+
+def test_static_checks_its_prunable_pattern() -> None:
+    with pytest.raises(ValueError, match="prunable is not a valid regular expression"):
+        dstbench.create_method("static", micro_vit(), density=0.2, total_steps=12, optimizer=ADAMW, prunable="blocks.(")
 
 
 def test_execution_is_in_the_result_extras() -> None:
