@@ -66,33 +66,56 @@ def fits(readies: list[dict[str, Any]], still_to_start: int) -> bool:
     return memory[-1]["free_bytes"] >= footprint * still_to_start * FIT_MARGIN
 
 
+@dataclasses.dataclass
+class TimedGroup:
+    results: list[CaseResult]
+    device_type: str | None
+    crowded: set[int]  # indices of the cases that failed while another case of the group was alive
+
+
 def _time_group(
     launcher: Any, group: Group, group_id: str, tasks: dict[str, CaseTask], progress_for: Callable[[Case], Progress]
-) -> tuple[list[CaseResult], str | None] | None:
-    """Time one group: its results and the device type its cases ran on. None when it does not fit
-    in device memory (its processes are gone then)."""
+) -> TimedGroup | None:
+    """Time one group. None when it does not fit in device memory (its processes are gone then)."""
     handles: list[Any] = []
+    crowded: set[int] = set()
+    alive: set[int] = set()  # started, not failed, not finished
+
+    def step(index: int, call: Callable[[], Any]) -> Any:
+        value = call()
+        if handles[index].failed is not None and index in alive:
+            alive.discard(index)
+            if alive:
+                crowded.add(index)
+        return value
+
     try:
         for index, case in enumerate(group.cases):
             handle = launcher.open(tasks[case.case_id], progress_for(case))
             handles.append(handle)
-            handle.start()
+            alive.add(index)
+            step(index, handle.start)
             if len(group.cases) > 1 and not fits([h.ready for h in handles if h.failed is None], len(group.cases) - index - 1):
                 return None
         rounds = max([h.ready["segments"] for h in handles if h.failed is None and h.ready], default=0)
         for round_index in range(rounds):
             pids = tuple(h.pid for h in handles if h.failed is None and h.pid is not None)
-            for handle in handles:
+            for index, handle in enumerate(handles):
                 if handle.failed is None and round_index < handle.ready.get("segments", 0):
-                    handle.segment(SegmentTag(group_id, round_index, pids))
+                    step(index, lambda: handle.segment(SegmentTag(group_id, round_index, pids)))
         results = []
-        for handle in handles:
-            results.append(handle.finish())
+        for index, handle in enumerate(handles):
+            was_alive = index in alive
+            result = handle.finish()
+            alive.discard(index)
+            if was_alive and result.status == "oom" and alive:  # ran out of memory finishing, beside the rest
+                crowded.add(index)
+            results.append(result)
             handle.close()  # a case process exits here: the group's memory shrinks as it finishes
         for result in results:
             result.groups = [group_id]
         device_type = next((h.ready["device_type"] for h in handles if h.ready), None)
-        return results, device_type
+        return TimedGroup(results, device_type, crowded)
     finally:
         for handle in handles:
             handle.close()
@@ -121,10 +144,10 @@ def run_groups(
         if timed is None:
             queue[:0] = split(group, reference)
             continue
-        results, device_type = timed
-        if device_type == "cuda" and len(group.cases) > 1:
+        results = timed.results
+        if timed.device_type == "cuda":
             for index, result in enumerate(results):
-                if result.status == "oom":  # the group's processes are gone now: try it as a sequential run would
+                if result.status == "oom" and index in timed.crowded:  # the others are gone now: try it as a sequential run would
                     case = group.cases[index]
                     results[index] = run_alone(launcher, tasks[case.case_id], progress_for(case), key=f"{group.base}|{case.method}")
                     results[index].warnings.append(OOM_ALONE)
@@ -138,4 +161,4 @@ def run_alone(launcher: Any, task: CaseTask, progress: Progress, key: str | None
     group = Group(key or case.case_id, (case,))
     timed = _time_group(launcher, group, new_group_id(group.key), {case.case_id: task}, lambda c: progress)
     assert timed is not None  # a single case never waits for memory beside others
-    return timed[0][0]
+    return timed.results[0]

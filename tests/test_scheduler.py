@@ -18,8 +18,8 @@ GIB = 2**30
 class FakeLauncher:
     """Cases on a pretend GPU of `free_gib` free memory, each taking `need_gib` once started."""
 
-    def __init__(self, free_gib: float, need_gib: float, oom_beside_others: str | None = None) -> None:
-        self.free, self.need, self.oom_case = free_gib * GIB, need_gib * GIB, oom_beside_others
+    def __init__(self, free_gib: float, need_gib: float, oom_beside_others: str | None = None, oom_always: str | None = None) -> None:
+        self.free, self.need, self.oom_case, self.oom_always = free_gib * GIB, need_gib * GIB, oom_beside_others, oom_always
         self.alive: list[FakeCase] = []
         self.log: list[tuple[str, Any]] = []
 
@@ -40,7 +40,7 @@ class FakeCase:
         free = self.launcher.free - self.launcher.need * len(self.launcher.alive)
         self.ready = {"device_type": "cuda", "segments": 2,
                       "memory": {"footprint_bytes": int(self.launcher.need), "free_bytes": int(free), "total_bytes": 80 * GIB}}
-        if self.case.case_id == self.launcher.oom_case and others:
+        if (self.case.case_id == self.launcher.oom_case and others) or self.case.case_id == self.launcher.oom_always:
             self.failed = self._result("oom")
 
     def segment(self, tag: SegmentTag) -> dict[str, Any]:
@@ -91,3 +91,12 @@ def test_an_out_of_memory_case_beside_others_is_timed_again_alone() -> None:
     assert again.status == "ok" and OOM_ALONE in again.warnings
     assert ("start", "set@0.1", 0) in launcher.log  # the retry had the GPU to itself
     assert base_key(again.groups[0]) == "d=0.1"
+
+
+def test_a_case_out_of_memory_on_its_own_is_not_timed_again() -> None:
+    # rigl starts first, with nothing else alive: its oom is its own, a retry would only repeat it.
+    launcher = FakeLauncher(free_gib=80, need_gib=10, oom_always="rigl@0.1")
+    [timed] = _run(launcher)
+    failed = {r.case_id: r for r in timed.results}["rigl@0.1"]
+    assert failed.status == "oom" and OOM_ALONE not in failed.warnings
+    assert [entry for entry in launcher.log if entry[1] == "rigl@0.1"] == [("start", "rigl@0.1", 0)]
