@@ -105,7 +105,7 @@ def _value(
             return None, f"memory measured differently ({basis} here) or not at all in the {vs} case"
         speedup = derived.loc[row.name, "speedup"] if exp.metric == "speedup" else None
         if exp.bound != "value" and present(speedup):
-            return None, f"speedup {float(speedup):.3g} has no 95% interval (fewer than 6 paired rounds)"
+            return None, f"speedup {float(speedup):.3g} has no 95% interval (fewer than 6 paired rounds, or a single segment)"
         return None, f"{exp.metric} not measured"
     if exp.metric == "top1":
         return (None, "no top1 in result") if not present(row.get("top1")) else (float(row["top1"]), "")
