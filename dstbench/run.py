@@ -210,8 +210,7 @@ def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[s
         old = lines.get(result.case_id)
         if old is not None:
             earlier = [g for g in old.get("groups") or [] if g in written]
-            elsewhere = any(base_key(g) != timed.group.base for g in old.get("groups") or [])
-            if result.case_id in shared or earlier or elsewhere:
+            if result.case_id in shared or earlier:
                 if not any(base_key(g) == timed.group.base for g in earlier):
                     old = strip_group(old, timed.group.base)
                 result = merge_shared(old, result)

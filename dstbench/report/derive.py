@@ -84,7 +84,7 @@ def paired_ratios(reference: pd.Series | dict[str, Any], method: pd.Series | dic
 
 def median_ci(values: list[float], level: float = CI_LEVEL) -> tuple[float, float]:
     """Order-statistic interval of the median: [x(k), x(n-k+1)] for the largest k whose coverage
-    1 - 2 P(Binomial(n, 1/2) < k) is at least `level`. None below 6 values: even their range
+    1 - 2 P(Binomial(n, 1/2) < k) is at least `level`. NaN below 6 values: even their range
     covers less than 95% (5 values: 93.8%), and a table would still label it "95% CI"."""
     ordered = sorted(values)
     n = len(ordered)
