@@ -18,12 +18,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "Method": "dstbench.method",
-    "SegmentStats": "dstbench.method",
-    "create_method": "dstbench.registry",
-    "list_methods": "dstbench.registry",
-    "method_info": "dstbench.registry",
-    "register_method": "dstbench.registry",
+    "Method": "dstbench.dst.method",
+    "SegmentStats": "dstbench.dst.method",
+    "create_method": "dstbench.dst.registry",
+    "list_methods": "dstbench.dst.registry",
+    "method_info": "dstbench.dst.registry",
+    "register_method": "dstbench.dst.registry",
 }
 
 __all__ = [*_API, "__version__"]

@@ -1,14 +1,14 @@
 """BARTER: compact dynamic sparse training whose tensors physically shrink.
 
-The ViT is made compact at construction (`dstbench.compact.vit`): at density d the blocks hold
+The ViT is made compact at construction (`dstbench.dst.compact.compact_vit`): at density d the blocks hold
 H = round(d * total heads) heads and C = round(d * total FFN channels) channels (halves up, as every
 count in dstbench), spread evenly, as physically sized tensors; with the suite's `fuse_norms` the
 blocks run norm1+qkv and norm2+fc1 fused, as every method's blocks then do. Training runs on that
 compact model. Every `delta_t` steps until `t_end`, with the replaced fraction on RigL's cosine
 schedule, heads and channels are exchanged, each kind under its own fixed budget: the
 round(fraction * budget) units with the lowest
-accumulated Taylor importance (`dstbench.compact.importance`) are pruned and as many units are grown;
-the tensors are resized and the optimizer state remapped (`dstbench.compact.surgery`), so no dense
+accumulated Taylor importance (`dstbench.dst.compact.importance`) are pruned and as many units are grown;
+the tensors are resized and the optimizer state remapped (`dstbench.dst.compact.surgery`), so no dense
 tensor ever exists.
 
 Units made at an update (`fresh_units`). A clone's outgoing weights are split 1/k between its k
@@ -62,17 +62,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from dstbench import distributed, phases
-from dstbench.compact.importance import TaylorImportance
-from dstbench.compact.surgery import Swap, blank_units, remap_optimizer, resize_units
-from dstbench.compact.topology import assign_slots, exchange_counts, made_by, plan_exchange
-from dstbench.compact.vit import (
+from dstbench.util import distributed
+
+from dstbench.dst import phases
+from dstbench.dst.compact.importance import TaylorImportance
+from dstbench.dst.compact.surgery import Swap, blank_units, remap_optimizer, resize_units
+from dstbench.dst.compact.unit_exchange import assign_slots, exchange_counts, made_by, plan_exchange
+from dstbench.dst.compact.compact_vit import (
     compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology, unit_activation_bias,
 )
-from dstbench.method import Method
-from dstbench.optim import build_optimizer
-from dstbench.registry import register_method
-from dstbench.schedule import UpdateSchedule, round_half_up
+from dstbench.dst.method import Method
+from dstbench.dst.optimizer import build_optimizer
+from dstbench.dst.registry import register_method
+from dstbench.dst.update_schedule import UpdateSchedule, round_half_up
 
 
 FRESH_UNITS = ("split", "rescale", "exempt")

@@ -7,13 +7,15 @@ from typing import Any
 
 import torch
 
-from dstbench import distributed, phases
-from dstbench.registry import register_method
-from dstbench.schedule import UpdateSchedule
-from dstbench.sparse.channels import ChannelPruner
-from dstbench.sparse.distributions import target_active
-from dstbench.sparse.masked import MaskedMethod, MaskedParams
-from dstbench.sparse.scorers import GradientGrow, Magnitude, select_top
+from dstbench.util import distributed
+
+from dstbench.dst import phases
+from dstbench.dst.registry import register_method
+from dstbench.dst.update_schedule import UpdateSchedule
+from dstbench.dst.masked.channels import ChannelPruner
+from dstbench.dst.masked.distributions import target_active
+from dstbench.dst.masked.masked_method import MaskedMethod, MaskedParams
+from dstbench.dst.masked.scorers import GradientGrow, Magnitude, select_top
 
 
 @register_method("chase", kind="masked")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dstbench.method import Method
-from dstbench.registry import register_method
+from dstbench.dst.method import Method
+from dstbench.dst.registry import register_method
 
 
 @register_method("dense", kind="dense")

@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from dstbench.registry import register_method
-from dstbench.sparse.distributions import distribute
-from dstbench.sparse.masked import DropGrowParams, MaskedMethod
-from dstbench.sparse.scorers import MagnitudeGradient, RandomGrow
+from dstbench.dst.registry import register_method
+from dstbench.dst.masked.distributions import distribute
+from dstbench.dst.masked.masked_method import DropGrowParams, MaskedMethod
+from dstbench.dst.masked.scorers import MagnitudeGradient, RandomGrow
 
 
 @register_method("mest", kind="masked")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dstbench.registry import register_method
-from dstbench.sparse.masked import MaskedMethod
-from dstbench.sparse.scorers import Magnitude, RandomGrow
+from dstbench.dst.registry import register_method
+from dstbench.dst.masked.masked_method import MaskedMethod
+from dstbench.dst.masked.scorers import Magnitude, RandomGrow
 
 
 @register_method("set", kind="masked")

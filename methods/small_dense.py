@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from dstbench.compact.vit import compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology
-from dstbench.method import Method
-from dstbench.optim import build_optimizer
-from dstbench.registry import register_method
+from dstbench.dst.compact.compact_vit import compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology
+from dstbench.dst.method import Method
+from dstbench.dst.optimizer import build_optimizer
+from dstbench.dst.registry import register_method
 
 
 @register_method("small_dense", kind="compact")

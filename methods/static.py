@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dstbench.registry import register_method
-from dstbench.schedule import UpdateSchedule
-from dstbench.sparse.masked import MaskedMethod, MaskLayoutParams
+from dstbench.dst.registry import register_method
+from dstbench.dst.update_schedule import UpdateSchedule
+from dstbench.dst.masked.masked_method import MaskedMethod, MaskLayoutParams
 
 
 @register_method("static", kind="masked")

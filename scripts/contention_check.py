@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's dstbench, not an installed one
 
-from dstbench.report.derive import derive, load_frame  # noqa: E402
+from dstbench.results.derive import derive, load_frame  # noqa: E402
 
 
 def busy_loop(core: int) -> subprocess.Popen:

@@ -16,12 +16,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import dstbench
-from dstbench.accuracy import measure_accuracy
-from dstbench.cases import Case
-from dstbench.compact.vit import compact_blocks
-from dstbench.runner import base_result
-from dstbench.sparse.masked import MaskedMethod
-from dstbench.suitefile import parse_suite
+from dstbench.execution.accuracy_track import measure_accuracy
+from dstbench.suite.cases import Case
+from dstbench.dst.compact.compact_vit import compact_blocks
+from dstbench.execution.case_session import base_result
+from dstbench.dst.masked.masked_method import MaskedMethod
+from dstbench.suite.loading import parse_suite
 from tests.conftest import SGD, micro_batches, micro_suite, micro_vit
 
 ADAM = {"name": "adamw", "lr": 1e-2, "weight_decay": 0.05}

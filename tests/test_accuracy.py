@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-from dstbench import registry
-from dstbench.accuracy import WarmupCosine, evaluate, measure_accuracy
-from dstbench.cases import Case
-from dstbench.checkpoint import case_checkpoint_path
-from dstbench.results import load_results
-from dstbench.run import run_suite
-from dstbench.runner import base_result
-from dstbench.suitefile import parse_suite
+from dstbench.dst import registry
+from dstbench.execution.accuracy_track import WarmupCosine, evaluate, measure_accuracy
+from dstbench.suite.cases import Case
+from dstbench.dst.checkpoint import case_checkpoint_path
+from dstbench.results.record import load_results
+from dstbench.execution.orchestrator import run_suite
+from dstbench.execution.case_session import base_result
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 
 CPU = torch.device("cpu")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from dstbench.cases import Case, expand_cases
-from dstbench.suitefile import parse_suite
+from dstbench.suite.cases import Case, expand_cases
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN
 

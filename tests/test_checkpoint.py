@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from dstbench import checkpoint as ckpt
-from dstbench import registry
+from dstbench.dst import checkpoint as ckpt
+from dstbench.dst import registry
 from tests.conftest import ADAMW, micro_batches, micro_vit
 
 

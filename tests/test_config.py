@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dstbench.config import MethodSpec
+from dstbench.suite.schema import MethodSpec
 
-from dstbench.suitefile import SuiteError, load_suite, parse_suite
+from dstbench.suite.loading import SuiteError, load_suite, parse_suite
 from tests.conftest import micro_suite
 
 
@@ -123,7 +123,7 @@ def test_overrides_replace_top_level_keys(tmp_path) -> None:
 
 
 def test_dotted_overrides_reach_inside_and_are_validated_like_the_file(tmp_path) -> None:
-    from dstbench.suitefile import parse_assignment
+    from dstbench.suite.loading import parse_assignment
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(micro_suite(methods=["dense", "rigl"])))
@@ -150,11 +150,11 @@ def test_dotted_overrides_reach_inside_and_are_validated_like_the_file(tmp_path)
 
 
 def test_importing_the_config_builds_no_model() -> None:
-    """Reports read a run's expectations through dstbench.config without torch or timm."""
+    """Reports read a run's expectations through dstbench.suite.schema without torch or timm."""
     import subprocess
     import sys
 
-    code = "import sys, dstbench.config; print(sorted({'torch', 'timm'} & set(sys.modules)))"
+    code = "import sys, dstbench.suite.schema; print(sorted({'torch', 'timm'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stderr
 
@@ -183,8 +183,8 @@ def test_shipped_speed_suites_run_every_method_and_time_an_update(name: str) -> 
     timed segments (so the segments pay for it, as training would)."""
     from pathlib import Path
 
-    from dstbench.registry import list_methods, method_info
-    from dstbench.schedule import UpdateSchedule
+    from dstbench.dst.registry import list_methods, method_info
+    from dstbench.dst.update_schedule import UpdateSchedule
 
     suite = load_suite(Path(__file__).resolve().parents[1] / "suites" / f"{name}.yaml")
     built_in = [n for n in list_methods() if method_info(n).cls.__module__.startswith("dstbench.")]  # not test plugins

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
-from dstbench import distributed
-from dstbench.accuracy import evaluate
-from dstbench.checkpoint import case_checkpoint_path, load_checkpoint
-from dstbench.data.loaders import build_datasets, eval_loader
-from dstbench.suitefile import parse_suite
-from dstbench.vit import create_vit, input_shape
+from dstbench.util import distributed
+from dstbench.execution.accuracy_track import evaluate
+from dstbench.dst.checkpoint import case_checkpoint_path, load_checkpoint
+from dstbench.inputs.loaders import build_datasets, eval_loader
+from dstbench.suite.loading import parse_suite
+from dstbench.models.vit import create_vit, input_shape
 from tests.conftest import SGD, micro_batches
 from tests.distributed_workers import (
     ACCURACY_CASE, ACCURACY_SUITE, ADAM, BATCH, METHODS, TOTAL_STEPS, build, snapshot, spawn_ranks,

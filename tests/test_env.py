@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dstbench import env
+from dstbench.measure import environment as env
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import Block
 
 import dstbench
-from dstbench.compact.vit import CompactBlock
-from dstbench.fused import FusedBlock, fuse_block_norms, norm_linear
-from dstbench.trackers import ActivationCounter
+from dstbench.dst.compact.compact_vit import CompactBlock
+from dstbench.models.fused_norms import FusedBlock, fuse_block_norms, norm_linear
+from dstbench.measure.trackers import ActivationCounter
 from tests.conftest import ADAMW, micro_batches, micro_vit
 
 pytestmark = pytest.mark.usefixtures("one_thread")

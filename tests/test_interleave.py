@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.cases import Case, expand_cases
-from dstbench.groups import base_key, group_done, merge_shared, plan_groups, shared_cases, split, strip_group
-from dstbench.results import CaseResult, iter_results
-from dstbench.run import run_suite
-from dstbench.scheduler import fits
-from dstbench.suitefile import parse_suite
+from dstbench.suite.cases import Case, expand_cases
+from dstbench.suite.groups import base_key, group_done, merge_shared, plan_groups, shared_cases, split, strip_group
+from dstbench.results.record import CaseResult, iter_results
+from dstbench.execution.orchestrator import run_suite
+from dstbench.execution.rounds import fits
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN
 

@@ -16,11 +16,11 @@ import torch
 import yaml
 from rich.console import Console
 
-from dstbench import phases
-from dstbench.method import Method
-from dstbench.profiling import analysis, plan_window
-from dstbench.registry import register_method
-from dstbench.results import iter_results
+from dstbench.dst import phases
+from dstbench.dst.method import Method
+from dstbench.measure.profiling import analysis, plan_window
+from dstbench.dst.registry import register_method
+from dstbench.results.record import iter_results
 from tests.conftest import micro_suite
 
 UPDATE_EVERY = 4
@@ -70,7 +70,7 @@ class ProfilingToy(Method):
 def toy_registered() -> Iterator[None]:
     """Registered like any third-party method, and only while this module runs, so that tests
     which enumerate the registry elsewhere never meet it."""
-    from dstbench import registry
+    from dstbench.dst import registry
 
     register_method("profiling_toy", kind="masked")(ProfilingToy)
     yield
@@ -81,7 +81,7 @@ def toy_registered() -> Iterator[None]:
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`dstbench profile` on a micro-suite of the test's method, run in-process (dense is profiled by
     `test_a_suite_with_profile_true_profiles_after_the_timed_segments`)."""
-    from dstbench.profiling.cli import main
+    from dstbench.cli.profile import main
 
     tmp = tmp_path_factory.mktemp("profile")
     suite = micro_suite(
@@ -190,7 +190,7 @@ def test_without_nvml_the_energy_fields_say_not_measured(profiled: dict[str, Any
 
 
 def test_a_suite_with_profile_true_profiles_dense_after_the_timed_segments(tmp_path: Path) -> None:
-    from dstbench.run import run_suite
+    from dstbench.execution.orchestrator import run_suite
 
     suite = micro_suite(profile=True, timing={"warmup_steps": 1, "segment_steps": 2, "segments": 1})
     path = tmp_path / "s.yaml"
@@ -230,7 +230,7 @@ def test_plan_window(step: int, total: int, every: int, max_advance: int, has_up
 
 
 def test_a_forced_update_is_undone_afterwards(vit: torch.nn.Module) -> None:
-    from dstbench.profiling.capture import _ForcedUpdate
+    from dstbench.measure.profiling.capture import _ForcedUpdate
     from tests.conftest import ADAMW
 
     method = ProfilingToy(vit, density=0.5, total_steps=100, optimizer=ADAMW)
@@ -308,8 +308,8 @@ def test_operator_split_keeps_attention_apart_from_matmuls() -> None:
 
 
 def _case_and_suite(**overrides: Any) -> tuple[Any, Any]:
-    from dstbench.cases import expand_cases
-    from dstbench.suitefile import parse_suite
+    from dstbench.suite.cases import expand_cases
+    from dstbench.suite.loading import parse_suite
 
     suite = parse_suite(micro_suite(methods=["dense", "profiling_toy"], profile={"steps": 2}, **overrides))
     (case,) = expand_cases(suite, only=["profiling_toy"])
@@ -318,8 +318,8 @@ def _case_and_suite(**overrides: Any) -> tuple[Any, Any]:
 
 def test_without_a_speed_method_a_fresh_one_is_built_and_warmed_up(tmp_path: Path) -> None:
     """Accuracy-only runs hand the profiler no method: it builds one and profiles its first update."""
-    from dstbench.profiling import profile_case
-    from dstbench.runner import base_result
+    from dstbench.measure.profiling import profile_case
+    from dstbench.execution.case_session import base_result
 
     suite, case = _case_and_suite(timing={"warmup_steps": 2, "segment_steps": 3, "segments": 1, "total_steps": 50})
     result = base_result(suite, case)
@@ -331,8 +331,8 @@ def test_without_a_speed_method_a_fresh_one_is_built_and_warmed_up(tmp_path: Pat
 
 
 def test_a_failing_profile_is_recorded_and_the_forced_update_undone(tmp_path: Path, vit: torch.nn.Module) -> None:
-    from dstbench.profiling import profile_case
-    from dstbench.runner import base_result
+    from dstbench.measure.profiling import profile_case
+    from dstbench.execution.case_session import base_result
     from tests.conftest import ADAMW, micro_batches
 
     suite, case = _case_and_suite(timing={"warmup_steps": 1, "segment_steps": 1, "segments": 1, "total_steps": 2})
@@ -352,7 +352,7 @@ def test_the_report_gains_phase_and_memory_plots_operator_table_and_trace_links(
     from markupsafe import Markup
 
     from dstbench.report import profile_section as section
-    from dstbench.report.derive import derive, load_frame
+    from dstbench.results.derive import derive, load_frame
     from dstbench.report.sections import sections
 
     keys = {s.key for s in sections()}

@@ -10,8 +10,8 @@ import types
 import pytest
 from rich.console import Console
 
-from dstbench.progress import RunProgress, duration, stage_weights
-from dstbench.suitefile import parse_suite
+from dstbench.execution.progress import RunProgress, duration, stage_weights
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 
 

@@ -6,8 +6,8 @@ import types
 import pytest
 
 import dstbench
-from dstbench import registry
-from dstbench.method import Method
+from dstbench.dst import registry
+from dstbench.dst.method import Method
 from tests.conftest import ADAMW, micro_vit
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dstbench.results import SCHEMA_VERSION, CaseResult, append_result, load_results
+from dstbench.results.record import SCHEMA_VERSION, CaseResult, append_result, load_results
 
 
 def _result() -> CaseResult:

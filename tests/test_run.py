@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dstbench.cli import main
-from dstbench.results import iter_results
+from dstbench.results.record import iter_results
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN
 

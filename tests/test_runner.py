@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dstbench.cases import expand_cases
-from dstbench.runner import CaseTask, resolve_device, run_case
-from dstbench.suitefile import parse_suite
+from dstbench.suite.cases import expand_cases
+from dstbench.execution.case_session import CaseTask, resolve_device, run_case
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 
 REQUIRED = [

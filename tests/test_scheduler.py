@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dstbench.build import CaseTask
-from dstbench.cases import Case
-from dstbench.groups import base_key, plan_groups
-from dstbench.results import CaseResult
-from dstbench.runner import SegmentTag
-from dstbench.scheduler import OOM_ALONE, run_groups
+from dstbench.execution.case_setup import CaseTask
+from dstbench.suite.cases import Case
+from dstbench.suite.groups import base_key, plan_groups
+from dstbench.results.record import CaseResult
+from dstbench.execution.case_session import SegmentTag
+from dstbench.execution.rounds import OOM_ALONE, run_groups
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """What dstbench knows about each dataset, and the checks a suite's `data` section gets at validation.
 
-Kept free of torch and torchvision imports: `dstbench.config` calls `check_data` while it validates a
+Kept free of torch and torchvision imports: `dstbench.suite.schema` calls `check_data` while it validates a
 suite, so a missing `root` or an empty folder stops the run before any case starts.
 """
 
@@ -24,7 +24,7 @@ class DatasetInfo:
     std: tuple[float, ...]
     needs_root: bool
     downloadable: bool = False
-    packages: tuple[str, ...] = ()  # import names it is read through (an extra: dstbench.extras)
+    packages: tuple[str, ...] = ()  # import names it is read through (an extra: dstbench.util.extras)
 
 
 CATALOG: dict[str, DatasetInfo] = {
@@ -72,7 +72,7 @@ def check_root(name: str, root: str | None, download: bool, check_files: bool = 
 def missing_packages(name: str) -> str | None:
     """Why dataset `name` cannot be read here for want of a package (None when it can), naming
     the extra that installs it."""
-    from dstbench import extras
+    from dstbench.util import extras
 
     absent = extras.missing(*CATALOG[name].packages)
     return extras.message(f"data.name: {name}", absent) if absent else None

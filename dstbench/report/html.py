@@ -17,11 +17,12 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from dstbench.report.derive import data_loading, headline, run_warnings
+from dstbench.results.derive import data_loading, headline, run_warnings
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
-from dstbench.rundir import SUITE_FILE, load_run_meta, write_atomic
+from dstbench.results.run_folder import load_run_meta
+from dstbench.util.files import SUITE_FILE, write_atomic
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from dstbench.fmt import MIB
+from dstbench.util.text import MIB
 from dstbench.report.figures import (
     Plot,
     coincident_groups,
@@ -34,8 +34,8 @@ from dstbench.report.figures import (
 )
 from dstbench.report.sections import register_plot
 from dstbench.report.tables import ordered, run_label
-from dstbench.report.topology import topology_history
-from dstbench.results import segment_samples
+from dstbench.report.compact_topology import topology_history
+from dstbench.results.record import segment_samples
 
 # Re-exported: section modules written against the old layout import these from here.
 __all__ = ["new_figure", "palette", "plot_style", "series"]

@@ -17,14 +17,14 @@ import pandas as pd
 import seaborn as sns
 from markupsafe import Markup
 
-from dstbench.fmt import DASH, MIB, mib, percent
-from dstbench.phases import STEP_PHASES
+from dstbench.util.text import DASH, MIB, mib, percent
+from dstbench.dst.phases import STEP_PHASES
 from dstbench.report.figures import Plot, legend_outside, new_figure, plot_style
 from dstbench.report.plots import series
 from dstbench.report.sections import Table, register_plot, register_table
 from dstbench.report.tables import ordered
 
-OTHER = "other"  # as in dstbench.profiling.analysis; not imported so a report needs no torch
+OTHER = "other"  # as in dstbench.measure.profiling.analysis; not imported so a report needs no torch
 MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "method_buffers", "activations")
 TOP_OPS_PER_CASE = 5
 

@@ -19,15 +19,16 @@ from typing import Any
 
 import pandas as pd
 
-from dstbench.exitcodes import EXIT_OK, EXIT_USAGE
-from dstbench.coverage import run_coverage
-from dstbench.gates.expect import run_outcomes
-from dstbench.report.cli import choose_reference
-from dstbench.report.derive import derive, headline, load_frame
+from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.results.coverage import run_coverage
+from dstbench.results.expectations import run_outcomes
+from dstbench.cli.report import choose_reference
+from dstbench.results.derive import derive, headline, load_frame
 from dstbench.report.history import SiteRun, suite_histories
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
-from dstbench.results import iter_results
-from dstbench.rundir import RESULTS_FILE, RUN_FILES, RunDirError, load_run_meta, require_results, slug, write_atomic
+from dstbench.results.record import iter_results
+from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
+from dstbench.util.files import RESULTS_FILE, RUN_FILES, slug, write_atomic
 
 LINKED_FILE_KEYS = ("trace", "memory_snapshot")  # fields of a result line's `profile`
 

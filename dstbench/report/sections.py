@@ -28,7 +28,7 @@ SECTION_MODULES = (
     "dstbench.report.plots",
     "dstbench.report.environment",
     "dstbench.report.profile_section",
-    "dstbench.report.topology",
+    "dstbench.report.compact_topology",
     "dstbench.report.seeds",
 )
 

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from dstbench.report.sections import Table, register_table
-from dstbench.rundir import SUITE_FILE
+from dstbench.util.files import SUITE_FILE
 
 SEED_METRICS = ("top1", "top5")
 

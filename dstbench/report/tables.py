@@ -9,9 +9,9 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from dstbench.fmt import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
-from dstbench.report.derive import reference_row
-from dstbench.results import segment_samples
+from dstbench.util.text import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
+from dstbench.results.derive import reference_row
+from dstbench.results.record import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
 
 

@@ -63,8 +63,8 @@ def _blocks_without(extras: dict, kind: str) -> float:
 
 def exchange_table(frame: pd.DataFrame) -> str:
     """Per BARTER arm, density and unit kind, the exchange figures of each run averaged over seeds."""
-    from dstbench.fmt import percent
-    from dstbench.report.topology import exchange_summary
+    from dstbench.util.text import percent
+    from dstbench.report.compact_topology import exchange_summary
 
     records = []
     for _, r in frame[(frame["status"] == "ok") & (frame["kind"] == "compact")].iterrows():
@@ -90,7 +90,7 @@ def exchange_table(frame: pd.DataFrame) -> str:
 
 
 def generated(run_dirs: list[Path]) -> str:
-    from dstbench.report.derive import load_frame
+    from dstbench.results.derive import load_frame
     from dstbench.report.seeds import seed_runs
 
     seeds = seed_runs(run_dirs)

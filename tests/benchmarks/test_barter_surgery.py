@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from dstbench.compact.surgery import Swap, UnitAxis, remap_optimizer, resize_units
-from dstbench.optim import build_optimizer
-from dstbench.trackers.memory import unique_bytes
+from dstbench.dst.compact.surgery import Swap, UnitAxis, remap_optimizer, resize_units
+from dstbench.dst.optimizer import build_optimizer
+from dstbench.measure.trackers.memory import unique_bytes
 from tests.benchmarks.conftest import OPTIMIZER, pedantic, smoke_batch
 
 

@@ -1,5 +1,5 @@
 """Ways to zero the gradients at masked positions, on the smoke model's prunable weights: the one
-masking op of a masked method's step (`dstbench.sparse.masks`). `dstbench` is what `MaskSet`
+masking op of a masked method's step (`dstbench.dst.masked.masks`). `dstbench` is what `MaskSet`
 does (bool masks viewed as uint8, one `_foreach_mul_`); the others are the alternatives it was
 chosen over, with the mask each needs. Compare their medians in one run:
 
@@ -13,9 +13,9 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from dstbench.optim import build_optimizer
-from dstbench.sparse.masks import MaskSet
-from dstbench.vit import prunable_weights
+from dstbench.dst.optimizer import build_optimizer
+from dstbench.dst.masked.masks import MaskSet
+from dstbench.models.vit import prunable_weights
 from tests.benchmarks.conftest import OPTIMIZER, pedantic
 
 Grads = list[torch.Tensor]

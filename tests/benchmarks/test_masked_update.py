@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.trackers.memory import training_state_bytes, unique_bytes
+from dstbench.measure.trackers.memory import training_state_bytes, unique_bytes
 from tests.benchmarks.conftest import OPTIMIZER, TOTAL_STEPS, pedantic, smoke_batch
 
 # Masked methods that update their masks (static never does).

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.sparse.csr import CsrLinear
-from dstbench.trackers import FlopCounter
-from dstbench.trackers.memory import training_state_bytes
+from dstbench.dst.masked.csr import CsrLinear
+from dstbench.measure.trackers import FlopCounter
+from dstbench.measure.trackers.memory import training_state_bytes
 from tests.benchmarks.conftest import OPTIMIZER, TOTAL_STEPS, pedantic, smoke_batch
 
 EXECUTIONS = ["masked", "csr"]

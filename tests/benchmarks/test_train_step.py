@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.trackers.memory import ActivationCounter, training_state_bytes
+from dstbench.measure.trackers.memory import ActivationCounter, training_state_bytes
 from tests.benchmarks.conftest import OPTIMIZER, TOTAL_STEPS, pedantic, smoke_batch
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dstbench.compact.importance import TaylorImportance
-from dstbench.compact.surgery import resize_units
-from dstbench.compact.vit import compact_blocks, compact_vit
-from dstbench.trackers import ActivationCounter
+from dstbench.dst.compact.importance import TaylorImportance
+from dstbench.dst.compact.surgery import resize_units
+from dstbench.dst.compact.compact_vit import compact_blocks, compact_vit
+from dstbench.measure.trackers import ActivationCounter
 from tests.conftest import micro_vit
 
 

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dstbench.compact.surgery import NEW, UnitAxis, blank_units, gather_units, remap_optimizer, resize_units, unit_shape
-from dstbench.compact.vit import CompactAttention
+from dstbench.dst.compact.surgery import NEW, UnitAxis, blank_units, gather_units, remap_optimizer, resize_units, unit_shape
+from dstbench.dst.compact.compact_vit import CompactAttention
 
 
 class TwoLayer(nn.Module):

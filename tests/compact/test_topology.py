@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from dstbench.compact.surgery import NEW
-from dstbench.compact.topology import assign_slots, exchange_counts, made_by, plan_exchange
+from dstbench.dst.compact.surgery import NEW
+from dstbench.dst.compact.unit_exchange import assign_slots, exchange_counts, made_by, plan_exchange
 
 
 def _flat(plan: list[list[int]], counts: list[int]) -> list[int]:

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dstbench.compact.surgery import resize_units
-from dstbench.compact.topology import assign_slots
-from dstbench.compact.vit import (
+from dstbench.dst.compact.surgery import resize_units
+from dstbench.dst.compact.unit_exchange import assign_slots
+from dstbench.dst.compact.compact_vit import (
     compact_blocks,
     compact_vit,
     full_prunable_numel,
@@ -19,7 +19,7 @@ from dstbench.compact.vit import (
     spread,
     topology,
 )
-from dstbench.trackers import ActivationCounter
+from dstbench.measure.trackers import ActivationCounter
 from tests.conftest import micro_vit
 
 HEAD_DIM = 16  # micro ViT: embed 64, 4 heads

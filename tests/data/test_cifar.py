@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from dstbench.config import DataConfig
+from dstbench.suite.schema import DataConfig
 from dstbench.data import cifar
-from dstbench.data.loaders import build_datasets
+from dstbench.inputs.loaders import build_datasets
 from tests.data.fakes import write_cifar
 
 

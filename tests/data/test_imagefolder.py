@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dstbench.config import DataConfig
+from dstbench.suite.schema import DataConfig
 from dstbench.data import imagefolder
-from dstbench.data.loaders import build_datasets
+from dstbench.inputs.loaders import build_datasets
 from tests.data.fakes import write_imagefolder
 
 

@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from torchvision import transforms as T
 
-from dstbench.config import AugmentConfig
+from dstbench.suite.schema import AugmentConfig
 
-from dstbench.data import speed_batches
+from dstbench.inputs.speed import speed_batches
 from dstbench.data.catalog import CATALOG
-from dstbench.data.loaders import ArrayDataset, EpochLoader
-from dstbench.data.transforms import mixup_and_loss, train_transform
-from dstbench.suitefile import parse_suite
+from dstbench.inputs.loaders import ArrayDataset, EpochLoader
+from dstbench.inputs.transforms import mixup_and_loss, train_transform
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite, micro_vit
 
 DIGITS_MODEL = {"img_size": 8, "patch_size": 4, "in_chans": 1}

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from dstbench.config import DataConfig
+from dstbench.suite.schema import DataConfig
 from dstbench.data import packaged
-from dstbench.data.loaders import build_datasets
+from dstbench.inputs.loaders import build_datasets
 
 
 def test_digits_split_is_stratified_and_fixed() -> None:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torchvision import transforms as T
 
-from dstbench.data.loaders import ArrayDataset, EpochLoader, ShardSampler, epoch_seed, eval_loader
-from dstbench.distributed import rank_seed
+from dstbench.inputs.loaders import ArrayDataset, EpochLoader, ShardSampler, epoch_seed, eval_loader
+from dstbench.util.distributed import rank_seed
 
 
 def _numbered(count: int) -> ArrayDataset:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.run import run_suite
-from dstbench.suitefile import SuiteError, load_suite, parse_suite
+from dstbench.execution.orchestrator import run_suite
+from dstbench.suite.loading import SuiteError, load_suite, parse_suite
 from tests.conftest import micro_suite
 from tests.data.fakes import write_cifar, write_imagefolder
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.cases import expand_cases
+from dstbench.suite.cases import expand_cases
 from dstbench.cli import main
-from dstbench.safeyaml import MAX_YAML_VALUES
-from dstbench.suitefile import parse_suite
+from dstbench.util.safe_yaml import MAX_YAML_VALUES
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 
 
@@ -81,7 +81,7 @@ def test_aliases_within_the_limit_still_work(tmp_path: Path) -> None:
     suite = tmp_path / "anchors.yaml"
     timing = "{warmup_steps: 1, segment_steps: 1, segments: 2}"
     suite.write_text(f"name: ok\nx: &t {timing}\ntiming: *t\nmethods: [dense]\ndensities: [0.5]\n")
-    from dstbench.suitefile import read_yaml
+    from dstbench.suite.loading import read_yaml
 
     assert read_yaml(suite)["timing"] == {"warmup_steps": 1, "segment_steps": 1, "segments": 2}
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from dstbench.cli import main
-from dstbench.lifeline import Terminated, terminate_as_interrupt
-from dstbench.results import iter_results
+from dstbench.execution.lifeline import Terminated, terminate_as_interrupt
+from dstbench.results.record import iter_results
 from tests.conftest import micro_suite
 from tests.faults.processes import alive, reap_all, survivors, wait_for_file
 from tests.launchers.fault_methods import PLUGIN
@@ -115,7 +115,7 @@ def test_sigkill_of_the_run_takes_torchrun_and_its_rank_with_it(tmp_path: Path) 
 # The watchdog, without PDEATHSIG (as on macOS): a grandchild whose parent is SIGKILLed ends itself.
 WATCHED_CHILD = """
 import sys, time
-import dstbench.lifeline as lifeline
+import dstbench.execution.lifeline as lifeline
 lifeline._set_parent_death_signal = lambda *a: False
 lifeline.WATCHDOG_INTERVAL_S = 0.2
 lifeline.bind_to_parent()

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from dstbench.cli import main
-from dstbench.results import CaseResult, append_result, iter_results
-from dstbench.rundir import LOCK_FILE, RunDirError, RunLock, make_unique_dir, write_atomic
-from dstbench.run import new_run_dir
+from dstbench.results.record import CaseResult, append_result, iter_results
+from dstbench.results.run_folder import RunDirError, RunLock
+from dstbench.util.files import LOCK_FILE, make_unique_dir, write_atomic
+from dstbench.execution.orchestrator import new_run_dir
 from tests.conftest import micro_suite
 from tests.gates.synthetic import line, write_run
 from tests.launchers.fault_methods import PLUGIN

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from dstbench.cli import main
-from dstbench.gates.expect import check_expectations, describe
-from dstbench.suitefile import SuiteError, parse_suite
+from dstbench.results.expectations import check_expectations, describe
+from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.gates.synthetic import BASE_MS, line, scaled, write_run
 
@@ -201,7 +201,7 @@ def test_dstbench_check_of_unusable_run_exits_2(tmp_path: Path, capsys: pytest.C
 
 # -- cases left out of a run (--only, --density) and runs that did not finish ----------------------
 def _planned() -> list:
-    from dstbench.coverage import PlannedCase
+    from dstbench.results.coverage import PlannedCase
 
     return [PlannedCase("dense", "dense", 1.0)] + [
         PlannedCase(m, "masked", d) for d in (0.5, 0.1) for m in ("rigl", "barter", "set")
@@ -209,7 +209,7 @@ def _planned() -> list:
 
 
 def _covered(expect: list[dict[str, Any]], selected: list[str], lines: list[dict[str, Any]] | None = None) -> list:
-    from dstbench.coverage import Coverage
+    from dstbench.results.coverage import Coverage
 
     lines = lines or _lines()
     suite = parse_suite(_suite(expect))
@@ -250,7 +250,7 @@ def test_a_selected_case_without_a_result_fails() -> None:
 
 
 def _recorded_run(tmp_path: Path, lines: list[dict[str, Any]], selected: list[str], expect: list[dict[str, Any]]) -> Path:
-    from dstbench.coverage import record_cases
+    from dstbench.results.coverage import record_cases
 
     run = write_run(tmp_path / "run", lines, suite=_suite(expect))
     record_cases(run, _planned(), selected)

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from dstbench.method import Method
-from dstbench.registry import register_method
+from dstbench.dst.method import Method
+from dstbench.dst.registry import register_method
 
 PLUGIN = __name__
 

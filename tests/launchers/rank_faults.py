@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dstbench import distributed
-from dstbench.method import Method, SegmentStats
-from dstbench.registry import register_method
+from dstbench.util import distributed
+from dstbench.dst.method import Method, SegmentStats
+from dstbench.dst.registry import register_method
 
 PLUGIN = __name__
 

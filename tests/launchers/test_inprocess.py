@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from dstbench.launchers import make_launcher
-from dstbench.config import LauncherConfig
-from dstbench.launchers.inprocess import InProcessLauncher
-from dstbench.launchers.subprocess import SubprocessLauncher
+from dstbench.execution.launchers import make_launcher
+from dstbench.suite.schema import LauncherConfig
+from dstbench.execution.launchers.inprocess.launcher import InProcessLauncher
+from dstbench.execution.launchers.subprocess.launcher import SubprocessLauncher
 from tests.launchers.test_subprocess import task_for
 
 
@@ -24,8 +24,8 @@ def test_cases_side_by_side_in_one_process_leave_their_peaks_unmeasured(tmp_path
     # An interleaved group in one process: each case's RSS peak would be the group's.
     import yaml
 
-    from dstbench.results import iter_results
-    from dstbench.run import run_suite
+    from dstbench.results.record import iter_results
+    from dstbench.execution.orchestrator import run_suite
     from tests.conftest import micro_suite
 
     path = tmp_path / "s.yaml"

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from dstbench.cli import main
-from dstbench.launchers.placement import plan_slots, visible_gpus
-from dstbench.results import iter_results
-from dstbench.run import plan_run, run_suite
-from dstbench.rundir import RESULTS_FILE
-from dstbench.suitefile import SuiteError, parse_suite
+from dstbench.execution.launchers.subprocess.placement import plan_slots, visible_gpus
+from dstbench.results.record import iter_results
+from dstbench.execution.orchestrator import plan_run, run_suite
+from dstbench.util.files import RESULTS_FILE
+from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import reap_all, survivors, wait_for_file
 from tests.launchers.fault_methods import PLUGIN

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.build import CaseTask, failed_result
-from dstbench.cases import expand_cases
+from dstbench.execution.case_setup import CaseTask, failed_result
+from dstbench.suite.cases import expand_cases
 from dstbench.cli import main
-from dstbench.launchers.submitit_job import TimeLimit, run_job, time_limit_handler
-from dstbench.launchers.submitit_launcher import load_jobs, slurm_parameters, status_for_state
-from dstbench.results import CaseResult, iter_results
-from dstbench.run import plan_run, resume_conflicts, run_suite
-from dstbench.rundir import RESULTS_FILE, slug
-from dstbench.suitefile import SuiteError, parse_suite
+from dstbench.execution.launchers.submitit.job import TimeLimit, run_job, time_limit_handler
+from dstbench.execution.launchers.submitit.launcher import load_jobs, slurm_parameters, status_for_state
+from dstbench.results.record import CaseResult, iter_results
+from dstbench.execution.orchestrator import plan_run, resume_conflicts, run_suite
+from dstbench.util.files import RESULTS_FILE, slug
+from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import alive, reap_all, survivors, wait_for_file
 from tests.launchers.fault_methods import PLUGIN
@@ -197,7 +197,7 @@ def test_a_job_near_its_time_limit_ends_its_case_as_a_timeout(tmp_path: Path) ->
 
 
 def test_a_job_runs_a_case_with_ranks_under_torchrun_on_its_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dstbench.launchers.torchrun import TorchrunLauncher
+    from dstbench.execution.launchers.torchrun.launcher import TorchrunLauncher
 
     seen = {}
 
@@ -210,7 +210,7 @@ def test_a_job_runs_a_case_with_ranks_under_torchrun_on_its_node(tmp_path: Path,
     task, launcher = job_task(tmp_path, ["dense"], nproc_per_node=2, gpus_per_node=2)
     run_job(task, launcher, str(tmp_path / "case.progress"))
     assert (seen["name"], seen["nproc_per_node"], seen["nnodes"]) == ("torchrun", 2, 1)
-    # The job is its own root: its agent must not end because the driver is gone (dstbench.lifeline).
+    # The job is its own root: its agent must not end because the driver is gone (dstbench.execution.lifeline).
     assert "DSTBENCH_LIFELINE_OWNER" not in os.environ
 
 
@@ -240,7 +240,7 @@ def test_submitit_keys_and_hosts_that_cannot_run_jobs_are_refused(tmp_path: Path
     monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(SuiteError, match="no sbatch and srun on PATH"):
         plan_run(suite, out=tmp_path / "runs")
-    monkeypatch.setattr("dstbench.extras.missing", lambda *modules: list(modules))
+    monkeypatch.setattr("dstbench.util.extras.missing", lambda *modules: list(modules))
     with pytest.raises(SuiteError, match=r"launcher submitit needs submitit, which is not installed: pip install 'dstbench\[cluster\]'"):
         plan_run(suite, out=tmp_path / "runs")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dstbench.cases import expand_cases
-from dstbench.launchers.subprocess import SubprocessLauncher
-from dstbench.runner import CaseTask
-from dstbench.suitefile import parse_suite
+from dstbench.suite.cases import expand_cases
+from dstbench.execution.launchers.subprocess.launcher import SubprocessLauncher
+from dstbench.execution.case_session import CaseTask
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.cases import expand_cases
+from dstbench.suite.cases import expand_cases
 from dstbench.cli import main
-from dstbench.config import LauncherConfig
-from dstbench.launchers.torchrun import GATHERED, TorchrunLauncher, first_failure, merge_ranks, rank_file, write_json_atomic
-from dstbench.results import CaseResult, iter_results
-from dstbench.runner import CaseTask
-from dstbench.suitefile import parse_suite
+from dstbench.suite.schema import LauncherConfig
+from dstbench.execution.launchers.torchrun.launcher import GATHERED, TorchrunLauncher, first_failure, merge_ranks, rank_file, write_json_atomic
+from dstbench.results.record import CaseResult, iter_results
+from dstbench.execution.case_session import CaseTask
+from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.rank_faults import PLUGIN
 

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import dstbench
-from dstbench.compact.vit import compact_blocks, full_state_dict, scatter_units, unit_activation_bias
-from dstbench.optim import build_optimizer
+from dstbench.dst.compact.compact_vit import compact_blocks, full_state_dict, scatter_units, unit_activation_bias
+from dstbench.dst.optimizer import build_optimizer
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 
 
@@ -258,7 +258,7 @@ def test_keeps_learning_digits_across_updates() -> None:
     and no update costs more than a sliver of held-out loss."""
     from sklearn.datasets import load_digits
 
-    from dstbench.vit import create_vit
+    from dstbench.models.vit import create_vit
 
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 8.0 - 1.0

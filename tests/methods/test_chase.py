@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dstbench.registry import method_info
-from dstbench.sparse.channels import cubic_sparsity
-from dstbench.sparse.distributions import target_active
+from dstbench.dst.registry import method_info
+from dstbench.dst.masked.channels import cubic_sparsity
+from dstbench.dst.masked.distributions import target_active
 from tests.conftest import ADAMW, micro_batches
 from tests.sparse.helpers import micro_method
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.compact.vit import compact_blocks
-from dstbench.trackers.flops import FlopCounter
-from dstbench.trackers.memory import training_state_bytes, unique_bytes
+from dstbench.dst.compact.compact_vit import compact_blocks
+from dstbench.measure.trackers.flops import FlopCounter
+from dstbench.measure.trackers.memory import training_state_bytes, unique_bytes
 from tests.conftest import ADAMW, micro_batches, micro_vit
 
 

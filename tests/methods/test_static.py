@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.sparse.distributions import target_active
+from dstbench.dst.masked.distributions import target_active
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 from tests.sparse.helpers import assert_zero_where_masked, run_steps
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dstbench.results import CaseResult, append_result
+from dstbench.results.record import CaseResult, append_result
 
 MIB = 2**20
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dstbench.report.cli import headline_text
-from dstbench.report.derive import derive, harness_options, headline, load_frame
+from dstbench.cli.report import headline_text
+from dstbench.results.derive import derive, harness_options, headline, load_frame
 from dstbench.report.html import build_page, render_html, render_markdown
 from dstbench.report.tables import speed_table, summary_table
 from tests.report.conftest import CASES, ok_line, synthetic_lines, write_run

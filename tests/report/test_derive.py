@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dstbench.report.derive import bootstrap_speedup_ci, derive, headline, load_frame
+from dstbench.results.derive import bootstrap_speedup_ci, derive, headline, load_frame
 from tests.report.conftest import MIB, PEAK_OVERHEAD, synthetic_lines, write_run
 
 
@@ -112,7 +112,7 @@ def _tagged(ms: list[float], group: str = "d=0.1#aaa") -> dict:
 
 
 def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
-    from dstbench.report.derive import median_ci, paired_ratios, speedup_stats
+    from dstbench.results.derive import median_ci, paired_ratios, speedup_stats
 
     # Round 3 hit both cases alike (a busy neighbour): the per-round ratio stays 4.
     ref = _tagged([100.0, 102.0, 98.0, 400.0, 101.0, 99.0, 100.0, 103.0, 97.0, 100.0])
@@ -134,7 +134,7 @@ def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
 
 
 def test_noise_levels_follow_torch_benchmark_thresholds() -> None:
-    from dstbench.report.derive import noise_level
+    from dstbench.results.derive import noise_level
 
     assert (noise_level(0.05), noise_level(0.15), noise_level(0.30)) == ("", "noisy", "very noisy")
 
@@ -154,6 +154,6 @@ def test_implausible_figures_are_flagged_and_not_headlined(tmp_path: Path) -> No
     # rigl@0.5 (masked) is 1.8x faster than dense in this fixture: flagged too.
     assert "faster than dense" in _row(derived, "rigl", 0.5)["implausible"]
     assert _row(derived, "barter", 0.5)["implausible"] == ""
-    from dstbench.report.derive import run_warnings
+    from dstbench.results.derive import run_warnings
 
     assert any(w.startswith("barter@0.1: implausible") for w in run_warnings(derived))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dstbench.report.derive import derive, load_frame
+from dstbench.results.derive import derive, load_frame
 from dstbench.report.html import build_page, render_markdown
 from tests.report.conftest import HOSTILE
 

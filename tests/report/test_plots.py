@@ -13,7 +13,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from dstbench.report import plots
-from dstbench.report.derive import derive, load_frame
+from dstbench.results.derive import derive, load_frame
 from dstbench.report.figures import NARROW_WIDTH, Plot, coincident_groups, narrow_layout, palette
 from dstbench.report.sections import figure_to_uri
 from tests.report.conftest import MIB, ok_line, synthetic_lines, write_run

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dstbench.report import sections
-from dstbench.report.derive import derive, load_frame
+from dstbench.results.derive import derive, load_frame
 from dstbench.report.html import build_page, render_html
 from dstbench.report.plots import new_figure
 from dstbench.report.sections import Table, register_plot, register_table, render_sections

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dstbench.report.derive import load_frame
+from dstbench.results.derive import load_frame
 from dstbench.report.seeds import format_mean_ci, mean_ci, paired_difference, seed_runs, seed_summary, seed_table
 from tests.report.conftest import result_line, write_run
 

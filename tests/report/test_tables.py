@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dstbench.report.derive import derive, load_frame
+from dstbench.results.derive import derive, load_frame
 from dstbench.report.sections import Rendered
 from dstbench.report.tables import (
     accuracy_table, failed_table, memory_table, render_table, render_text, speed_table, summary_table,

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dstbench.report.topology import exchange_summary, topology_exchange_table, topology_history
+from dstbench.report.compact_topology import exchange_summary, topology_exchange_table, topology_history
 
 
 def test_per_block_lists() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dstbench.coverage import PlannedCase, record_cases, run_coverage
-from dstbench.report.derive import derive, load_frame
+from dstbench.results.coverage import PlannedCase, record_cases, run_coverage
+from dstbench.results.derive import derive, load_frame
 from dstbench.report.html import build_page, render_html, render_markdown
 from dstbench.report.publish import publish
 from tests.report.conftest import synthetic_lines, write_run

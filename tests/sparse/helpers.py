@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import dstbench
-from dstbench.optim import state_tensors as optimizer_state_tensors
+from dstbench.dst.optimizer import state_tensors as optimizer_state_tensors
 from tests.conftest import micro_batches, micro_vit
 
 MASKED_METHODS = ["set", "rigl", "mest", "chase"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dstbench.sparse.channels import ChannelPruner, cubic_sparsity, select_with_floors
+from dstbench.dst.masked.channels import ChannelPruner, cubic_sparsity, select_with_floors
 from tests.conftest import micro_vit
 
 

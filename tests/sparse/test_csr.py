@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from dstbench.sparse.csr import CsrLinear
-from dstbench.sparse.kernel_linear import kernel_linear
+from dstbench.dst.masked.csr import CsrLinear
+from dstbench.dst.masked.sparse_linear import kernel_linear
 
 
 def _layer(out: int = 12, inp: int = 8, density: float = 0.3, seed: int = 0) -> tuple[torch.nn.Linear, torch.Tensor, CsrLinear]:

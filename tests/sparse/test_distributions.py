@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from dstbench.sparse.distributions import allot, erk_densities, layer_allotment, target_active
-from dstbench.vit import prunable_weights
+from dstbench.dst.masked.distributions import allot, erk_densities, layer_allotment, target_active
+from dstbench.models.vit import prunable_weights
 from tests.conftest import micro_vit
 
 SHAPES = {"small": (8, 8), "wide": (16, 64), "big": (64, 64), "tall": (256, 64)}

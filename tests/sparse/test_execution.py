@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.sparse.csr import CsrLinear, CsrMaskSet
-from dstbench.trackers import training_state_bytes
+from dstbench.dst.masked.csr import CsrLinear, CsrMaskSet
+from dstbench.measure.trackers import training_state_bytes
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 from tests.sparse.helpers import MASKED_METHODS, micro_method
 
@@ -129,7 +129,7 @@ def test_unknown_execution_is_rejected() -> None:
 
 
 def test_csr_refuses_distributed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dstbench.sparse.execution.distributed", types.SimpleNamespace(is_distributed=lambda: True))
+    monkeypatch.setattr("dstbench.dst.masked.backends.distributed", types.SimpleNamespace(is_distributed=lambda: True))
     with pytest.raises(ValueError, match="does not run distributed"):
         micro_method("rigl", ADAMW, execution="csr")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dstbench.optim import build_optimizer, state_tensors
-from dstbench.sparse.masks import MaskSet
-from dstbench.trackers.memory import unique_bytes
-from dstbench.vit import prunable_weights
+from dstbench.dst.optimizer import build_optimizer, state_tensors
+from dstbench.dst.masked.masks import MaskSet
+from dstbench.measure.trackers.memory import unique_bytes
+from dstbench.models.vit import prunable_weights
 from tests.conftest import ADAMW, SGD, micro_vit
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dstbench.sparse.scorers import (
+from dstbench.dst.masked.scorers import (
     GradientGrow,
     Magnitude,
     MagnitudeGradient,

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dstbench.sparse import semi_structured
-from dstbench.sparse.semi_structured import (
+from dstbench.dst.masked import semi_structured
+from dstbench.dst.masked.semi_structured import (
     PATTERNS,
     SemiStructuredLinear,
     SemiStructuredMaskSet,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dstbench.trackers import energy, nvml
+from dstbench.measure import nvml
+from dstbench.measure.trackers import energy
 
 
 def fake_counter(monkeypatch: pytest.MonkeyPatch, readings_mj: list[int | None], times_s: list[float]) -> energy.EnergyMeter:

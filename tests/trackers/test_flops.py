@@ -7,7 +7,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, bmm_flop, sdpa_backward_flop_count
 
 import dstbench
-from dstbench.trackers.flops import FlopCounter, attention_backward_flops, attention_formulas
+from dstbench.measure.trackers.flops import FlopCounter, attention_backward_flops, attention_formulas
 from tests.conftest import ADAMW, micro_batches, micro_vit
 
 aten = torch.ops.aten

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import dstbench
-from dstbench.trackers import ActivationCounter, AllocatorPeak, RssPeak, training_state_bytes
-from dstbench.trackers.memory import current_rss_bytes, unique_bytes
+from dstbench.measure.trackers import ActivationCounter, AllocatorPeak, RssPeak, training_state_bytes
+from dstbench.measure.trackers.memory import current_rss_bytes, unique_bytes
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 
 E, DEPTH, PATCH, IMG, CLASSES = 8, 1, 8, 16, 3

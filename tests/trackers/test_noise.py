@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from dstbench.cases import expand_cases
-from dstbench.runner import CaseTask, run_case
-from dstbench.suitefile import parse_suite
-from dstbench.trackers.noise import (
+from dstbench.suite.cases import expand_cases
+from dstbench.execution.case_session import CaseTask, run_case
+from dstbench.suite.loading import parse_suite
+from dstbench.measure.trackers.noise import (
     CONTENDED_FRACTION, STARVED_CPU_SHARE, STARVED_WAIT_SHARE, assess, contention_warning, run_queue_wait_ns,
 )
 from tests.conftest import micro_suite

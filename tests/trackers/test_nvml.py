@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dstbench.trackers import nvml
+from dstbench.measure import nvml
 
 
 @pytest.mark.skipif(nvml.available(), reason="this machine has NVML")

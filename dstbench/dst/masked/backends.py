@@ -1,0 +1,115 @@
+"""Execution backends of the masked methods: how the masked linears compute (`params.execution`).
+
+    masked           full-size weights, zero where masked, dense kernels (the default)
+    csr              only the active weights, CSR kernels on the CPU and CUDA (`dstbench.dst.masked.csr`)
+    semi_structured  transposable 2:4 masks, 2:4 kernels on CUDA at density 0.5, fp16/bf16
+                     (`dstbench.dst.masked.semi_structured`; untested on hardware here)
+
+Every masked method (SET, RigL, MEST, Chase, and any `MaskedMethod` subclass) gets them alike:
+its topology update is written against the mask set's interface and never sees which one runs.
+`MaskedMethod` talks to its backend through four members:
+
+    mask_set_class                       the `MaskSet` class built over the prunable weights
+    install(model, mask_set, allotment,  after the initial masks: swaps the prunable linears for the
+            density=, precision=)        backend's and returns the mask set and layer allotment
+                                         training continues with
+    before_forward(mask_set, dense_grad) every step: whether this step's backward must keep the
+                                         dense weight gradient (an update that grows by it follows)
+    flops_basis                          what `flops_per_step` counts for the masked linears
+
+Distributed (DDP): masked and semi_structured run; csr is refused (suite validation and here):
+its gradients at update steps are per rank, and a soft budget resizes its values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from dstbench.util import distributed
+from dstbench.dst.masked.csr import CsrMaskSet
+from dstbench.dst.masked.masks import MaskSet
+from dstbench.dst.masked import semi_structured
+from dstbench.dst.masked.semi_structured import SemiStructuredMaskSet, half_allotment, swap_linears
+
+EXECUTIONS = ("masked", "csr", "semi_structured")
+
+
+class MaskedExecution:
+    """Full-size weights and dense kernels: the mask set as it is."""
+
+    name = "masked"
+    mask_set_class: type[MaskSet] = MaskSet
+    # FlopCounterMode counts the dense products over the zero-filled weights: what runs.
+    flops_basis = "executed"
+
+    def install(
+        self, model: torch.nn.Module, mask_set: Any, allotment: dict[str, int], *, density: float, precision: str
+    ) -> tuple[Any, dict[str, int]]:
+        return mask_set, allotment
+
+    def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
+        pass
+
+
+class CsrExecution(MaskedExecution):
+    name = "csr"
+    # The sparse operators carry FLOP formulas of their own: 2 * nnz * tokens per product.
+    flops_basis = "executed"
+
+    def install(
+        self, model: torch.nn.Module, mask_set: Any, allotment: dict[str, int], *, density: float, precision: str
+    ) -> tuple[Any, dict[str, int]]:
+        if distributed.is_distributed():
+            raise ValueError("execution csr does not run distributed (DDP); use execution masked under torchrun")
+        device = next(iter(mask_set.weights.values())).device
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"execution csr runs on cpu or cuda (torch's CSR kernels), not {device.type}")
+        return CsrMaskSet.convert(model, mask_set), allotment
+
+    def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
+        mask_set.before_forward(dense_grad)
+
+
+class SemiStructuredExecution(MaskedExecution):
+    name = "semi_structured"
+    # torch's counter sees the 2:4 products with their dense shapes: it counts the dense equivalent
+    # (the 2:4 kernels execute half of those multiply-adds).
+    flops_basis = "dense_equivalent"
+
+    mask_set_class = SemiStructuredMaskSet
+
+    def install(
+        self, model: torch.nn.Module, mask_set: Any, allotment: dict[str, int], *, density: float, precision: str
+    ) -> tuple[Any, dict[str, int]]:
+        semi_structured.check_device(next(iter(mask_set.weights.values())).device, density, precision)
+        swap_linears(model, mask_set)
+        return mask_set, half_allotment({name: tuple(w.shape) for name, w in mask_set.weights.items()})
+
+
+BACKENDS: dict[str, type[MaskedExecution]] = {
+    "masked": MaskedExecution,
+    "csr": CsrExecution,
+    "semi_structured": SemiStructuredExecution,
+}
+
+
+def create_execution(name: str) -> MaskedExecution:
+    if name not in BACKENDS:
+        raise ValueError(f"execution must be one of {list(EXECUTIONS)}, got {name!r}")
+    return BACKENDS[name]()
+
+
+def execution_problem(params: Mapping[str, Any], *, device: str, densities: list[float], precision: str, launcher: str) -> str | None:
+    """Why a masked method's `execution` cannot run in this suite, or None (suite validation: exit 2)."""
+    execution = params.get("execution", "masked")
+    if execution == "csr":
+        if launcher == "torchrun":
+            return "execution csr does not run distributed (DDP); use execution masked under torchrun"
+        if device == "mps":
+            return "execution csr runs on cpu or cuda (torch's CSR kernels), not mps"
+    if execution == "semi_structured":
+        return semi_structured.problem(device, densities, precision)
+    return None

@@ -1,0 +1,444 @@
+"""The interface every DST method implements, and the training step they all share.
+
+A method owns a model and its optimizer. `train_segment` runs ordinary training steps (forward,
+cross-entropy, backward, optimizer step) and the topology updates that fall due. Subclasses change
+behaviour through a few hooks, each run under its profiler phase label, so a third-party method gets
+the same labels without writing profiler code:
+
+    before_forward(step)         e.g. ask for the dense weight gradient of an update step (csr)
+    after_backward(step)         statistics from the backward pass (BARTER's importance)
+    before_optimizer_step(step)  e.g. mask gradients              [phase: masking]
+    after_optimizer_step(step)   e.g. mask weights and state      [phase: masking]
+    update_due(step) -> bool     whether a topology update falls due at this step (default: by
+                                 `self.schedule`, an `UpdateSchedule`, when the method sets one)
+    update_topology(step)        the update itself                [phase: topology_update]
+
+Distributed (when `torch.distributed` is initialised, e.g. under torchrun): the base class wraps
+`model` in DistributedDataParallel at the first segment and `forward_loss` runs through that
+wrapper (`forward_module`), so gradients arrive averaged over ranks; `model` and `optimizer` stay
+the plain, live objects. Before each topology update every rank takes rank 0's generator state,
+so random draws agree; after it, a wrapper whose parameters are no longer the model's (a resize
+replaced them) is rebuilt, and the rebuild counts as part of the update. A method whose forward
+leaves some parameters unused names them in `ddp_ignored_parameters`. In a plain process none of
+this runs: the per-step path is the same.
+
+Harness-level options every method receives alike: `precision` (autocast, with a loss scaler for
+fp16) and `fuse_norms` (norm1+qkv and norm2+fc1 of every timm block run as one op that keeps only
+the norm's input for backward; see `dstbench.models.fused_norms`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+import types
+import typing
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, ClassVar, Union
+
+import torch
+import torch.nn.functional as F
+
+from dstbench.util import distributed
+
+from dstbench.dst import phases
+from dstbench.util.text import short_repr
+from dstbench.models.fused_norms import fuse_block_norms
+from dstbench.dst.optimizer import build_optimizer
+from dstbench.dst.update_schedule import UpdateSchedule
+from dstbench.models.vit import prunable_weights
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclasses.dataclass
+class SegmentStats:
+    """What one `train_segment` call did."""
+
+    steps: int
+    images: int
+    loss: float
+    topology_updates: int
+    topology_ms: float
+    # Sub-phases of the updates in this segment (e.g. "resize", "state_remap"), milliseconds.
+    topology_detail_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def param_fits(value: Any, hint: Any) -> bool:
+    """Whether a suite value fits a `Params` field's annotation: bools are not numbers, an `int`
+    field takes an integral float (YAML's `1.0e3`), a `float` field any finite number."""
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return any(param_fits(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if hint is int:
+        return isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if hint is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    origin = typing.get_origin(hint) or hint
+    return isinstance(value, origin) if isinstance(origin, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
+    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", type(None): "null"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+class Method:
+    """Base class of every method. Subclasses declare their parameters as a nested `Params` dataclass."""
+
+    name: ClassVar[str] = "base"
+    kind: ClassVar[str] = "dense"
+    description: ClassVar[str] = ""
+    # rigl-torch and google-research/rigl skip the optimizer step on a mask-update step; methods that
+    # follow them set this, so the update sees the dense gradient and grown weights stay at zero.
+    update_replaces_step: ClassVar[bool] = False
+    # When set (in `__init__`), `update_due` follows it.
+    schedule: UpdateSchedule | None = None
+
+    @dataclasses.dataclass
+    class Params:
+        pass
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        density: float,
+        total_steps: int,
+        optimizer: dict[str, Any],
+        precision: str = "fp32",
+        fuse_norms: bool = False,
+        seed: int = 0,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        **params: Any,
+    ) -> None:
+        if not 0.0 < density <= 1.0:
+            raise ValueError(f"density must be in (0, 1], got {density}")
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be positive, got {total_steps}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        self.params = self.parse_params(params)
+        self.target_density = float(density)
+        self.total_steps = int(total_steps)
+        self.optimizer_spec = dict(optimizer)
+        self.precision = precision
+        self.fuse_norms = bool(fuse_norms)
+        self.seed = int(seed)
+        self.loss_fn = loss_fn or F.cross_entropy
+        self.lr_scheduler: Any = None  # stepped once per training step when set
+        self.step = 0  # optimizer steps taken (topology-update steps included)
+        self.topology_updates = 0
+        self.topology_ms = 0.0
+        self.topology_detail_ms: dict[str, float] = {}
+        self.generator = torch.Generator().manual_seed(self.seed)  # CPU: same draws on every device
+        self._model = model
+        if self.fuse_norms:
+            # Same Parameters, same names: only the blocks' forward changes.
+            fuse_block_norms(model)
+        self.device = next(model.parameters()).device
+        self._optimizer = build_optimizer(self.optimizer_spec, model)
+        amp_dtype = PRECISIONS[precision]
+        self._autocast = (
+            (lambda: torch.autocast(self.device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
+        # (sub-phase, start, end) marks of the update in progress; resolved once it has ended.
+        self._update_marks: list[tuple[str, Any, Any]] | None = None
+        self.distributed = distributed.is_distributed()
+        self._ddp: torch.nn.Module | None = None
+        self._ddp_params: tuple[torch.nn.Parameter, ...] = ()
+
+    # -- parameters ---------------------------------------------------------------------------------
+    @classmethod
+    def param_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls.Params)]
+
+    @classmethod
+    def parse_params(cls, params: dict[str, Any]) -> Any:
+        """The method's `Params` from a suite's `params`: unknown names and values of the wrong type
+        (by the field's annotation) raise TypeError here, out-of-range values ValueError in the
+        `Params`' own `__post_init__`, so a suite is refused before anything runs."""
+        unknown = sorted(set(params) - set(cls.param_names()))
+        if unknown:
+            allowed = ", ".join(cls.param_names()) or "none"
+            raise TypeError(f"method {cls.name!r}: unknown parameter(s) {unknown} (allowed: {allowed})")
+        try:
+            hints = typing.get_type_hints(cls.Params)
+        except Exception:  # a plugin's annotation that does not resolve: its __post_init__ checks
+            hints = {}
+        params = dict(params)  # the caller's mapping is left as it was
+        for name, value in list(params.items()):
+            if name in hints and not param_fits(value, hints[name]):
+                raise TypeError(
+                    f"method {cls.name!r}: parameter {name} must be {_type_name(hints[name])}, got {short_repr(value)}"
+                )
+            if hints.get(name) is int and isinstance(value, float):
+                params[name] = int(value)  # `delta_t: 1.0e2` (YAML reads a float) is the int it names
+        return cls.Params(**params)
+
+    # -- the live objects ---------------------------------------------------------------------------
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer
+
+    @property
+    def forward_module(self) -> torch.nn.Module:
+        """What the training forward calls: the DDP wrapper of `model` when distributed, else `model`."""
+        return self._model if self._ddp is None else self._ddp
+
+    def prunable(self) -> dict[str, torch.nn.Parameter]:
+        """The weights DST acts on (qkv, proj, fc1, fc2 of every block), by parameter name."""
+        return prunable_weights(self.model)
+
+    def density(self) -> float:
+        """Fraction of prunable weights active now, counted from the tensors."""
+        weights = self.prunable().values()
+        total = sum(w.numel() for w in weights)
+        return sum(int(torch.count_nonzero(w)) for w in weights) / total if total else 1.0
+
+    def method_buffers(self) -> dict[str, torch.Tensor]:
+        """Tensors the method keeps beside parameters and optimizer state (masks, dense-gradient
+        buffers, importance accumulators), counted in the training-state bytes."""
+        return {}
+
+    def result_extras(self) -> dict[str, Any]:
+        """Method-specific fields for the result line (e.g. BARTER's topology history)."""
+        return {}
+
+    def ddp_ignored_parameters(self) -> set[str]:
+        """Names of parameters the training forward does not use now, which DDP must therefore not
+        wait for. Default: the empty ones (nothing to synchronise); BARTER adds its empty branches."""
+        return {name for name, p in self.model.named_parameters() if p.numel() == 0}
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def before_forward(self, step: int) -> None:
+        pass
+
+    def after_backward(self, step: int) -> None:
+        pass
+
+    def before_optimizer_step(self, step: int) -> None:
+        pass
+
+    def after_optimizer_step(self, step: int) -> None:
+        pass
+
+    def update_due(self, step: int) -> bool:
+        return self.schedule is not None and self.schedule.is_update_step(step)
+
+    def update_topology(self, step: int) -> None:
+        pass
+
+    @contextmanager
+    def update_phase(self, name: str) -> Iterator[None]:
+        """Label and time a sub-phase of a topology update (`phases.SCORING`, `phases.RESIZE`...).
+
+        No synchronisation per sub-phase: on CUDA each is bracketed by two timing events, on the CPU
+        (synchronous) by the host clock, and the times are read once the update has ended and been
+        synchronised as a whole. So a method may open a sub-phase per layer and still pay one sync
+        per update, not two per layer."""
+        with phases.phase(name):
+            start = self._clock()
+            yield
+            end = self._clock()
+        if self._update_marks is not None:
+            self._update_marks.append((name.rsplit("/", 1)[-1], start, end))
+
+    def _clock(self) -> Any:
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        if self.device.type != "cpu":
+            synchronize(self.device)  # a device without timing events here: sync instead
+        return time.perf_counter()
+
+    @staticmethod
+    def _elapsed_ms(start: Any, end: Any) -> float:
+        if isinstance(start, torch.cuda.Event):
+            return float(start.elapsed_time(end))
+        return (end - start) * 1e3
+
+    # -- training -----------------------------------------------------------------------------------
+    def train_segment(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], steps: int) -> SegmentStats:
+        """Run `steps` training steps from `batches`, with the topology updates that fall due."""
+        self.model.train()
+        if self.distributed:
+            self._sync_ddp()  # the first segment wraps; a checkpoint load may have resized
+        iterator = batches if isinstance(batches, Iterator) else iter(batches)
+        updates_before, ms_before = self.topology_updates, self.topology_ms
+        detail_before = dict(self.topology_detail_ms)
+        loss_sum = torch.zeros((), device=self.device)
+        images = 0
+        for _ in range(steps):
+            with phases.phase(phases.DATA):
+                inputs, targets = next(iterator)
+                inputs = inputs.to(self.device, non_blocking=True)
+                targets = targets.to(self.device, non_blocking=True)
+            loss_sum += self.train_step(inputs, targets)
+            images += inputs.shape[0]
+        # The one host-device synchronisation of a segment.
+        loss = (loss_sum / steps).item() if steps else math.nan
+        return SegmentStats(
+            steps=steps,
+            images=images,
+            loss=loss,
+            topology_updates=self.topology_updates - updates_before,
+            topology_ms=self.topology_ms - ms_before,
+            topology_detail_ms={
+                k: v - detail_before.get(k, 0.0) for k, v in self.topology_detail_ms.items()
+            },
+        )
+
+    def forward_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return self.loss_fn(self.forward_module(inputs), targets)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """One optimizer step; returns the detached loss (no host sync)."""
+        step = self.step + 1
+        with phases.phase(phases.FORWARD):
+            self.before_forward(step)
+            loss = self.forward_loss(inputs, targets)
+        with phases.phase(phases.BACKWARD):
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            self.after_backward(step)
+        due = self.update_due(step)
+        if due and self.update_replaces_step:
+            if self.scaler:
+                # The update reads the gradients instead of the step: unscale them as the step would
+                # have, and let the scaler lower its scale if they overflowed, as after a skipped step.
+                self.scaler.unscale_(self.optimizer)
+                self.scaler.update()
+        else:
+            with phases.phase(phases.MASKING):
+                self.before_optimizer_step(step)
+            with phases.phase(phases.OPTIMIZER_STEP):
+                if self.scaler:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+            with phases.phase(phases.MASKING):
+                self.after_optimizer_step(step)
+        if self.lr_scheduler is not None:
+            # Once per training step, a step the update replaced included: the LR schedule counts
+            # training steps, so it must not fall behind by one at every such update.
+            with phases.phase(phases.OPTIMIZER_STEP):
+                self.lr_scheduler.step()
+        if due:
+            self._run_update(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step = step
+        return loss.detach().float()
+
+    def _run_update(self, step: int) -> None:
+        # Updates are rare; synchronising around them is what lets their time be reported.
+        synchronize(self.device)
+        self._update_marks = []
+        start = time.perf_counter()
+        with phases.phase(phases.TOPOLOGY_UPDATE), torch.no_grad():
+            if self.distributed:
+                # Rank 0's state: the update's random draws (ties, random grows, clone noise) agree.
+                distributed.broadcast_generator_(self.generator)
+            self.update_topology(step)
+            if self.distributed and self._ddp_stale():
+                with self.update_phase(phases.DDP_REBUILD):
+                    self._sync_ddp()
+        synchronize(self.device)
+        self.topology_ms += (time.perf_counter() - start) * 1e3
+        self.topology_updates += 1
+        for key, begin, end in self._update_marks:
+            self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + self._elapsed_ms(begin, end)
+        self._update_marks = None
+
+    # -- distributed ----------------------------------------------------------------------------------
+    def _synced_parameters(self) -> tuple[tuple[torch.nn.Parameter, ...], set[str]]:
+        ignored = self.ddp_ignored_parameters()
+        params = tuple(p for name, p in self._model.named_parameters() if p.requires_grad and name not in ignored)
+        return params, ignored
+
+    def _ddp_stale(self) -> bool:
+        """Whether the wrapper no longer synchronises exactly the model's parameters (by identity:
+        a resize installs new Parameter objects). Cheap, and asked only at a segment's start and
+        after an update, never per step."""
+        if self._ddp is None or self._ddp.module is not self._model:
+            return True
+        params, _ = self._synced_parameters()
+        return len(params) != len(self._ddp_params) or any(a is not b for a, b in zip(params, self._ddp_params))
+
+    def _sync_ddp(self) -> None:
+        """(Re)build the DDP wrapper around the model's current parameters when it is stale."""
+        if not self._ddp_stale():
+            return
+        params, ignored = self._synced_parameters()
+        # Drop the old wrapper first: its reducer holds gradient buckets of its own, freed with it.
+        self._ddp, self._ddp_params = None, ()
+        self._ddp = distributed.wrap_ddp(self._model, self.device, ignored)
+        self._ddp_params = params
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training: weights, optimizer state, schedule position."""
+        return {
+            "method": self.name,
+            "step": self.step,
+            "topology_updates": self.topology_updates,
+            "topology_ms": self.topology_ms,
+            "topology_detail_ms": dict(self.topology_detail_ms),
+            "generator": self.generator.get_state(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "extra": self.extra_state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("method") != self.name:
+            raise ValueError(f"checkpoint is of method {state.get('method')!r}, not {self.name!r}")
+        # Shapes first (a compact method resizes itself), then the weights and optimizer state.
+        self.load_extra_state_dict(state.get("extra") or {})
+        self.model.load_state_dict(state["model"])
+        # torch may keep the given state tensors as they are; a copy keeps two live methods apart.
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        if self.scaler and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        if self.lr_scheduler is not None and state.get("lr_scheduler"):
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.step = int(state["step"])
+        self.topology_updates = int(state["topology_updates"])
+        self.topology_ms = float(state["topology_ms"])
+        self.topology_detail_ms = dict(state["topology_detail_ms"])
+        self.generator.set_state(state["generator"])
+
+    def extra_state_dict(self) -> dict[str, Any]:
+        """Method state beyond weights and optimizer (masks, topology, accumulators)."""
+        return {}
+
+    def load_extra_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,255 @@
+"""One case, measured: build the model and method, warm up, time segments under the trackers.
+
+This is what runs inside a launcher's process. `CaseSession` is the case step by step, as the
+launchers drive it (their scheduler interleaves several cases' segments); `run_case` runs one alone
+start to end. `execute_case` never raises for a failing case: it turns an out-of-memory error into
+status `oom` and any other exception into `error`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dstbench.util import distributed
+from dstbench.execution.case_setup import CaseTask, Progress, base_result, build_method, failed_result, resolve_device
+from dstbench.suite.cases import Case
+from dstbench.inputs.speed import speed_batches
+from dstbench.measure.environment import gpu_snapshot, plugin_versions, static_env
+from dstbench.suite.groups import new_group_id
+from dstbench.dst.method import Method, synchronize
+from dstbench.results.record import CaseResult
+from dstbench.suite.loading import parse_suite
+from dstbench.measure.trackers import (
+    ActivationCounter,
+    AllocatorPeak,
+    FlopCounter,
+    RssPeak,
+    SegmentTimer,
+    summarize_ms,
+    training_state_bytes,
+)
+from dstbench.util.threads import affinity_cores, resolve_threads, use_threads
+from dstbench.measure.trackers.energy import EnergyMeter
+from dstbench.measure.trackers.memory import current_rss_bytes
+from dstbench.measure.trackers.noise import NoiseRecord, contention_warning
+
+# Re-exported: what tests and scripts import from the runner.
+__all__ = [
+    "CaseSession", "CaseTask", "Progress", "SegmentTag", "base_result", "build_method", "execute_case", "failed_result",
+    "failure", "resolve_device", "run_case",
+]
+
+
+# CUDA memory a case process holds beyond its allocator's reservations (context, cuBLAS and cuDNN
+# workspaces): what an interleaved group's fit estimate adds per process (dstbench.execution.rounds).
+CUDA_CONTEXT_ALLOWANCE_BYTES = 768 * 2**20
+
+
+@dataclasses.dataclass
+class SegmentTag:
+    """What the launcher says about a segment it asks for: the interleaved group's id, the round,
+    and the pids of the group's processes (which are not "other processes on the GPU")."""
+
+    group: str = ""
+    round: int = 0
+    group_pids: tuple[int, ...] = ()
+
+
+class CaseSession:
+    """One case inside its process, driven step by step by the launcher (README, "How a case is
+    measured"): `open` builds the method and warms up (the first warm-up step counts FLOPs and
+    saved activations), `segment` times one segment with its noise sample, `finish` computes the
+    remaining figures (memory, density, extras; the accuracy track and the profile when enabled)
+    and returns the result. Raises on failure; `execute_case` and the launchers turn that into a
+    status. Trackers that span the timed segments (allocator and RSS peaks) are entered in `open`
+    and left in `finish`: they are per process, so cases interleaved in other processes do not
+    touch them."""
+
+    def __init__(self, task: CaseTask, progress: Progress | None = None) -> None:
+        self.task = task
+        self.progress = progress or (lambda stage, done, total: None)
+        self.suite = parse_suite(task.suite, task.suite_path)
+        self.case = Case.from_dict(task.case)
+        self.threads = resolve_threads(self.suite.threads)
+        self.result = base_result(self.suite, self.case)
+        self.timed = self.suite.mode in ("speed", "both")
+        self.segments = self.suite.timing.segments if self.timed else 0
+        self.method: Method | None = None
+        self.batches: Any = None
+        self._stats: list[Any] = []
+        self._trackers = contextlib.ExitStack()
+        self._spanning_energy = False
+
+    def open(self) -> dict[str, Any]:
+        """Build and warm up; returns what the launcher's scheduler needs (device, CUDA memory)."""
+        suite, result = self.suite, self.result
+        self._started = time.perf_counter()
+        self._rss_baseline = current_rss_bytes()
+        self.device = device = resolve_device(suite.device)
+        result.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        result.device = str(device)
+        result.env = {
+            **static_env(device), "plugins": plugin_versions(self.suite.plugins), "threads": self.threads,
+            "affinity_cores": affinity_cores(),
+            "gpu_before": gpu_snapshot(device),
+        }
+        if distributed.is_distributed():
+            # A rank's own line; the launcher merges the ranks' lines into the case's.
+            result.world_size = distributed.world_size()
+            result.env.update(rank=distributed.rank(), local_rank=distributed.local_rank(), host=socket.gethostname())
+        ready: dict[str, Any] = {"device_type": device.type, "segments": self.segments, "memory": None}
+        if not self.timed:
+            return ready
+        timing = suite.timing
+        self.method = method = build_method(suite, self.case, device, timing.schedule_steps)
+        self.batches, result.data_loading = speed_batches(suite, method.model, device)
+        flops, activations = FlopCounter(), ActivationCounter(method.model)
+        with flops, activations:
+            method.train_segment(self.batches, 1)
+        if timing.warmup_steps > 1:
+            method.train_segment(self.batches, timing.warmup_steps - 1)
+        self.progress("warmup", timing.warmup_steps, timing.warmup_steps)
+        synchronize(device)
+        result.flops_per_step = flops.total
+        result.activation_bytes = activations.total
+        if device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(device)
+            footprint = int(torch.cuda.max_memory_reserved(device)) + CUDA_CONTEXT_ALLOWANCE_BYTES
+            ready["memory"] = {"footprint_bytes": footprint, "free_bytes": int(free), "total_bytes": int(total)}
+        self._allocator = self._trackers.enter_context(AllocatorPeak(device))
+        self._rss = self._trackers.enter_context(RssPeak(self._rss_baseline))
+        self._energy = EnergyMeter(device)
+        self._noise = NoiseRecord(device, self.threads)
+        return ready
+
+    def segment(self, tag: SegmentTag | None = None) -> dict[str, Any]:
+        """Time one segment; returns its milliseconds, start time and noise sample."""
+        assert self.method is not None, "segment() before open() or in an accuracy-only case"
+        tag = tag or SegmentTag()
+        index = len(self.result.segment_ms)
+        if index == 0:
+            # Alone on the device, one energy window spans every segment; interleaved, the group's
+            # other cases run between this one's segments, so each segment is its own window.
+            self._spanning_energy = len(set(tag.group_pids) - {os.getpid()}) == 0
+            if self._spanning_energy:
+                self._trackers.enter_context(self._energy)  # left with the peaks, in `finish`
+        started = time.time()
+        with self._noise.segment(tag.group_pids) as noise:
+            with contextlib.nullcontext() if self._spanning_energy else self._energy:
+                with SegmentTimer(self.device) as timer:
+                    self._stats.append(self.method.train_segment(self.batches, self.suite.timing.segment_steps))
+        self._noise.add(noise)
+        result = self.result
+        result.segment_ms.append(timer.elapsed_ms)
+        result.segment_start_s.append(started)
+        result.segment_group.append(tag.group)
+        result.segment_round.append(tag.round)
+        self.progress("segment", index + 1, self.segments)
+        return {"ms": timer.elapsed_ms, "start_s": started, "noise": noise.sample}
+
+    def _speed_figures(self) -> None:
+        suite, result, method, timing = self.suite, self.result, self.method, self.suite.timing
+        assert method is not None
+        self._trackers.close()  # allocator and RSS peaks (and a spanning energy window) over the segments
+        samples = result.segment_ms
+        timed_steps = len(samples) * timing.segment_steps
+        if samples:
+            result.median_ms, result.iqr_ms = summarize_ms(samples)
+            result.images_per_s = suite.batch_size * timing.segment_steps / (result.median_ms / 1e3)
+            result.energy = self._energy.result(timed_steps, suite.batch_size * timed_steps)
+        result.segment_steps = timing.segment_steps
+        result.peak_memory_bytes = self._allocator.peak_bytes
+        result.reserved_memory_bytes = self._allocator.reserved_bytes
+        result.rss_peak_bytes = self._rss.growth_bytes
+        state = training_state_bytes(method)
+        result.state_bytes = state["total"]
+        result.state_breakdown = state
+        detail: dict[str, float] = {}
+        for s in self._stats:
+            for key, ms in s.topology_detail_ms.items():
+                detail[key] = detail.get(key, 0.0) + ms
+        result.density_achieved = method.density()
+        result.topology_updates = sum(s.topology_updates for s in self._stats)
+        result.topology_ms = sum(s.topology_ms for s in self._stats)
+        result.topology_detail_ms = detail
+        result.loss = self._stats[-1].loss if self._stats else None
+        result.method_extras = {
+            **method.result_extras(),
+            "steps_total": method.step,
+            "topology_updates_total": method.topology_updates,
+        }
+        result.noise = self._noise.to_dict()
+        warning = contention_warning(result.noise)
+        if warning:
+            result.warnings.append(warning)
+
+    def finish(self) -> CaseResult:
+        """The remaining figures and the result (the process may exit after it)."""
+        suite, result, device = self.suite, self.result, self.device
+        if self.timed:
+            self._speed_figures()
+        if suite.mode in ("accuracy", "both"):
+            from dstbench.execution.accuracy_track import measure_accuracy
+
+            measure_accuracy(suite, self.case, device, result, Path(self.task.run_dir), self.progress, resume=self.task.resume)
+        if suite.profile.enabled:
+            from dstbench.measure.profiling import profile_case
+
+            run_dir = Path(self.task.run_dir)
+            if distributed.rank() > 0:  # every rank profiles (the steps synchronise); rank 0's is the case's
+                run_dir = run_dir / "ranks" / f"rank{distributed.rank()}"
+            profile_case(suite, self.case, device, result, run_dir, self.method, self.batches, self.progress)
+        result.env["gpu_after"] = gpu_snapshot(device)
+        result.duration_s = time.perf_counter() - self._started
+        return result
+
+    def close(self) -> None:
+        """Leave the trackers (a case that failed half way)."""
+        self._trackers.close()
+
+
+def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
+    """Run one case alone, start to end, and return its result; exceptions propagate (see
+    `execute_case`). A group of one: the launchers' scheduler drives the same session."""
+    session = CaseSession(task, progress)
+    group = new_group_id(session.case.case_id)
+    with use_threads(session.threads):
+        try:
+            session.open()
+            for index in range(session.segments):
+                session.segment(SegmentTag(group=group, round=index, group_pids=(os.getpid(),)))
+            result = session.finish()
+            result.groups = [group]
+            return result
+        finally:
+            session.close()
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def failure(task: CaseTask, exc: BaseException) -> CaseResult:
+    """The result of a case that raised `exc` (call inside its `except` block): `oom` or `error`,
+    with the traceback."""
+    return failed_result(task, "oom" if is_out_of_memory(exc) else "error", traceback.format_exc())
+
+
+def execute_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
+    """`run_case` with failures turned into statuses `oom` and `error`."""
+    try:
+        return run_case(task, progress)
+    except Exception as exc:
+        return failure(task, exc)

@@ -1,0 +1,123 @@
+"""What every launcher's process builds a case from: the task, the device, the method.
+
+Below the runner, the accuracy track and the profiler (each imports this module, none imports
+another), so none of them has to import the others lazily to build a method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from dstbench.util import distributed
+
+from dstbench.dst import registry
+from dstbench.suite.cases import Case
+from dstbench.suite.schema import SuiteConfig
+from dstbench.dst.method import Method
+from dstbench.results.record import CaseResult
+from dstbench.suite.loading import parse_suite
+from dstbench.models.vit import create_vit
+
+# progress(stage, done, total): stage is "warmup", "segment", "epoch" or "profile".
+Progress = Callable[[str, int, int], None]
+
+
+@dataclasses.dataclass
+class CaseTask:
+    """What a launcher hands to the process that runs a case (plain data, so it pickles)."""
+
+    suite: dict[str, Any]  # the validated suite, `model_dump(mode="json")`
+    suite_path: str
+    case: dict[str, Any]
+    run_dir: str
+    resume: bool = False  # continue an accuracy case from its last checkpoint
+
+
+def resolve_device(name: str) -> torch.device:
+    """The suite's device for this process. Under torchrun a CUDA rank gets `cuda:LOCAL_RANK`
+    (its own GPU on its node), and `auto` never picks MPS, which DDP cannot use."""
+    if distributed.is_distributed():
+        if name == "mps":
+            raise RuntimeError("distributed cases run on CUDA (NCCL) or the CPU (gloo), not on mps")
+        if name in ("cuda", "auto") and torch.cuda.is_available():
+            return torch.device("cuda", distributed.local_rank())
+        if name == "cuda":
+            raise RuntimeError("the suite asks for device cuda, but torch sees no CUDA device")
+        return torch.device("cpu")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("the suite asks for device cuda, but torch sees no CUDA device")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("the suite asks for device mps, but it is not available")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_steps: int, **harness: Any) -> Method:
+    """A fresh model (same initial weights for every method of a suite) wrapped by the case's method."""
+    seed_everything(suite.seed)
+    model = create_vit(suite.model.name, device=device, **suite.model.kwargs)
+    if suite.model.checkpoint:
+        from dstbench.dst.checkpoint import load_pretrained
+
+        load_pretrained(model, suite.model.checkpoint)
+    method = registry.create_method(
+        case.method_name,
+        model,
+        density=case.density,
+        total_steps=total_steps,
+        optimizer=suite.optimizer.model_dump(),
+        precision=suite.precision,
+        fuse_norms=suite.fuse_norms,
+        seed=suite.seed,
+        **harness,
+        **case.params,
+    )
+    rank = distributed.rank()
+    if rank > 0:
+        # Every rank built the same model from the same seed; from here on each draws its own
+        # randomness (dropout, host-side augmentation), as the halves of one large batch would.
+        seed_everything(distributed.rank_seed(suite.seed, rank))
+    return method
+
+
+def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
+    return CaseResult(
+        suite=suite.name,
+        suite_hash=suite.setup_hash(),
+        case_id=case.case_id,
+        method=case.method,
+        method_name=case.method_name,
+        kind=case.kind,
+        density=case.density,
+        params=dict(case.params),
+        precision=suite.precision,
+        fuse_norms=suite.fuse_norms,
+        batch_size=suite.batch_size,
+        mode=suite.mode,
+        execution=case.params.get("execution", "masked") if case.kind == "masked" else None,
+    )
+
+
+def failed_result(task: CaseTask, status: str, error: str) -> CaseResult:
+    suite = parse_suite(task.suite, task.suite_path)
+    result = base_result(suite, Case.from_dict(task.case))
+    result.status = status
+    result.error = error
+    result.device = suite.device
+    return result

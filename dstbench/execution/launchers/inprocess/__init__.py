@@ -1,0 +1,1 @@
+"""The `inprocess` launcher: its config model (`config`) and launcher (`launcher`)."""

@@ -1,0 +1,1 @@
+"""The `submitit` launcher: its config model (`config`) and launcher (`launcher`)."""

@@ -1,0 +1,1 @@
+"""The `subprocess` launcher: its config model (`config`) and launcher (`launcher`)."""

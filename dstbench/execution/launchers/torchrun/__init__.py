@@ -1,0 +1,1 @@
+"""The `torchrun` launcher: its config model (`config`) and launcher (`launcher`)."""

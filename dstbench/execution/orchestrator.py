@@ -1,0 +1,419 @@
+"""`dstbench run SUITE`: validate, expand into cases, time them group by group, write their lines.
+
+A run folder (`dstbench.results.run_folder`) holds `suite.yaml` (the suite as validated, defaults filled in),
+`run.json` (when, where, which commit, the `--set` overrides, the suite's cases and those selected),
+`results.jsonl` (one line per finished case) and `collect_env.txt` (torch's environment report).
+Cases are timed in groups (`dstbench.suite.groups`, `dstbench.execution.rounds`): interleaved, the cases
+compared with each other; otherwise one by one. A launcher that places cases itself (`parallel`
+slots, `submitit` jobs: `schedule_groups`) hands groups back as they end, in any order; this process
+writes every line either way. `--resume` times the groups that are not done (a group interrupted
+half way again, whole), and only with the settings the finished ones ran with.
+
+One process writes a run folder at a time (`RunLock`). A run ended by Ctrl-C or SIGTERM keeps its
+finished lines; the cases it was running get no line (so `--resume` runs them) and are recorded in
+`run.json`'s `interruptions`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+from rich.console import Console
+
+from dstbench.execution.case_setup import CaseTask
+from dstbench.suite.cases import Case, expand_cases
+from dstbench.suite.schema import SuiteConfig
+from dstbench.results.coverage import PlannedCase, record_cases
+from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
+from dstbench.util.text import clip
+from dstbench.suite.groups import Group, base_key, group_done, merge_shared, plan_groups, shared_cases, strip_group
+from dstbench.execution.launchers import make_launcher
+from dstbench.execution.lifeline import Terminated
+from dstbench.execution.progress import RunProgress
+from dstbench.results.record import CaseResult, append_result, iter_results, replace_results
+from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
+from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, slug, write_atomic
+from dstbench.execution.rounds import GroupRun, run_groups
+from dstbench.suite.loading import SuiteError, load_suite
+
+# Suite keys that may change between a run and its --resume: none of them changes how a finished
+# case was measured. Methods and densities may also be added (never removed or changed).
+RESUME_MAY_CHANGE = ("description", "expect", "reference")
+# Where and when a cluster job runs, not how its case is measured: a resumed run may move to
+# another partition or account, or get a longer time limit.
+RESUME_MAY_CHANGE_LAUNCHER = ("partition", "account", "qos", "constraint", "array_parallelism", "timeout_min", "sbatch", "setup")
+
+
+def new_run_dir(out: Path, suite: SuiteConfig) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return make_unique_dir(out, f"{slug(suite.name, 'suite')}-{stamp}")
+
+
+def latest_run_dir(out: Path, suite: SuiteConfig) -> Path | None:
+    """The newest run folder under `out` made from a suite with the same name and setup."""
+    found = []
+    for meta_path in out.glob(f"*/{RUN_FILE}"):
+        meta = load_run_meta(meta_path.parent)
+        if meta.get("suite") == suite.name and meta.get("suite_hash") == suite.setup_hash():
+            found.append((meta.get("created", ""), meta_path.parent))
+    return max(found)[1] if found else None
+
+
+def overrides_text(overrides: dict[str, Any] | None) -> str:
+    """`--set` overrides as typed: `timing.segments=10 model.depth=2`."""
+    return " ".join(f"{key}={json.dumps(value)}" for key, value in (overrides or {}).items())
+
+
+def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrides: dict[str, Any] | None = None) -> None:
+    source = f"{suite_path} with --set {overrides_text(overrides)}" if overrides else str(suite_path)
+    write_atomic(
+        run_dir / SUITE_FILE,
+        f"# {source} as validated by dstbench, every default filled in\n"
+        + yaml.safe_dump(suite.model_dump(mode="json"), sort_keys=False),
+    )
+
+
+def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrides: dict[str, Any] | None = None) -> None:
+    write_suite_file(run_dir, suite, suite_path, overrides)
+    meta = {
+        "run_id": run_dir.name,
+        "suite": suite.name,
+        "suite_hash": suite.setup_hash(),
+        "suite_path": str(suite_path),
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "overrides": dict(overrides or {}),  # `--set` and `--device`, as given
+        **git_state(),
+    }
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+
+
+def record_interruption(run_dir: Path, unfinished: list[str], reason: BaseException) -> None:
+    """Add to `run.json` that the run was stopped (by what, when) while `unfinished` had no line."""
+    meta = load_run_meta(run_dir)
+    by = "SIGINT" if isinstance(reason, KeyboardInterrupt) else str(reason).removeprefix("terminated by ")
+    entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by, "unfinished": unfinished}
+    meta["interruptions"] = [*meta.get("interruptions", []), entry]
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+
+
+_ABSENT = object()
+
+
+def _diff(old: Any, new: Any, key: str) -> list[str]:
+    """Dotted keys whose values differ between two suite dumps."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [k for sub in keys for k in _diff(old.get(sub, _ABSENT), new.get(sub, _ABSENT), f"{key}.{sub}" if key else sub)]
+    return [] if old == new else [key]
+
+
+def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
+    """Why `current` may not add cases to a run made with `stored`: each entry names a setting whose
+    change would leave the run folder with cases measured under different settings. Empty when only
+    `RESUME_MAY_CHANGE` keys changed and methods or densities were only added."""
+    old, new = stored.model_dump(mode="json"), current.model_dump(mode="json")
+    fixed = set(old) | set(new)
+    fixed -= {*RESUME_MAY_CHANGE, "methods", "densities"}
+    conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
+    free = {f"launcher.{k}" for k in RESUME_MAY_CHANGE_LAUNCHER}
+    conflicts = [k for k in conflicts if not any(k == f or k.startswith(f + ".") for f in free)]
+    old_specs = {m.key: m.model_dump(mode="json") for m in stored.methods}
+    new_specs = {m.key: m.model_dump(mode="json") for m in current.methods}
+    for key, spec in old_specs.items():
+        if key not in new_specs:
+            conflicts.append(f"methods: {key} removed (select methods with --only instead)")
+        else:
+            conflicts += [f"methods[{key}].{k}" for k in _diff(spec, new_specs[key], "")]
+    for density in stored.densities:
+        if not any(math.isclose(density, d) for d in current.densities):
+            conflicts.append(f"densities: {density:g} removed (select densities with --density instead)")
+    return conflicts
+
+
+def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str) -> Path:
+    """The run folder `--resume` continues, checked against the current suite; writes nothing."""
+    run_dir = Path(resume) if isinstance(resume, str) else latest_run_dir(out, suite)
+    if run_dir is None or not (run_dir / RUN_FILE).exists() or not (run_dir / SUITE_FILE).exists():
+        where = run_dir if run_dir is not None else f"{out} (no run of suite {suite.name!r} with these settings)"
+        raise SuiteError(str(suite_path), [("--resume", f"nothing to resume in {where}")])
+    stored = load_suite(run_dir / SUITE_FILE)
+    conflicts = resume_conflicts(stored, suite)
+    if conflicts:
+        raise SuiteError(
+            str(suite_path),
+            [("--resume", f"{run_dir} ran with other settings; changed: {', '.join(conflicts)}. Its finished "
+              f"cases would mix with cases measured differently: start a new run, or resume with the suite in "
+              f"{run_dir / SUITE_FILE}. Only {', '.join(RESUME_MAY_CHANGE)} may change, and methods or "
+              "densities be added.")],
+        )
+    return run_dir
+
+
+def resolve_run_dir(
+    out: Path,
+    suite: SuiteConfig,
+    suite_path: Path,
+    resume: bool | str | None,
+    overrides: dict[str, Any] | None = None,
+    lock: RunLock | None = None,
+) -> Path:
+    """A new run folder, or with `resume` the one to continue (checked against the current suite).
+
+    With `lock`, the folder is locked (`RunLock.acquire` on it; `RunDirError` when another run
+    writes it) before anything in it is written or read.
+    """
+    if not resume:
+        run_dir = new_run_dir(out, suite)
+        if lock is not None:
+            lock.acquire(run_dir)
+        write_run_files(run_dir, suite, suite_path, overrides)
+        return run_dir
+    run_dir = find_resumed_run_dir(out, suite, suite_path, resume)
+    if lock is not None:
+        try:
+            lock.acquire(run_dir)
+        except RunDirError as exc:  # another run writes this folder: two would run every missing case
+            raise SuiteError(str(suite_path), [("--resume", str(exc))]) from None
+    stored = load_suite(run_dir / SUITE_FILE)
+    if stored.model_dump(mode="json") != suite.model_dump(mode="json"):
+        # Added methods or densities (or new expectations): the folder's suite now describes every
+        # case it will hold, and `dstbench check` uses the current expectations.
+        write_suite_file(run_dir, suite, suite_path, overrides)
+    return run_dir
+
+
+def _latest_lines(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The last line of each case in the run folder (a later line for a case wins, as in reports)."""
+    return {str(line.get("case_id")): line for line in iter_results(run_dir)}
+
+
+def timing_groups(suite: SuiteConfig, cases: list[Case], launcher: Any) -> list[Group]:
+    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode when the launcher can."""
+    interleave = suite.timing.interleave and suite.mode == "speed" and hasattr(launcher, "open")
+    return plan_groups(cases, suite.reference, interleave=interleave)
+
+
+def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[str]) -> list[CaseResult]:
+    """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
+    from a group) merges with its line from the other groups, less what an earlier, interrupted
+    timing of this group left; a group timed again replaces its old lines; other lines are
+    appended. `written`: the ids of the groups written so far by this run (updated)."""
+    lines = _latest_lines(run_dir)
+    results = []
+    for result in timed.results:
+        old = lines.get(result.case_id)
+        if old is not None:
+            earlier = [g for g in old.get("groups") or [] if g in written]
+            if result.case_id in shared or earlier:
+                if not any(base_key(g) == timed.group.base for g in earlier):
+                    old = strip_group(old, timed.group.base)
+                result = merge_shared(old, result)
+        results.append(result)
+    written.update([timed.group_id, *(g for r in results for g in r.groups)])
+    replaced = {r.case_id for r in results} & set(lines)
+    if replaced or len(results) > 1:
+        # One atomic rewrite: an interruption never leaves half a group in results.jsonl.
+        replace_results(run_dir, replaced, results)
+    else:
+        for result in results:
+            append_result(run_dir, result)
+    return results
+
+
+def run_cases(
+    suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
+    launcher: Any = None, shared: set[str] | None = None,
+) -> list[CaseResult]:
+    """Time the groups (one after another, or as the launcher places them: `schedule_groups`),
+    reporting progress (`dstbench.execution.progress`); write each group's lines as it ends and print one
+    line per case. `shared`: the cases that belong to several groups of the
+    whole plan (default: of `groups`)."""
+    launcher = launcher or make_launcher(suite.launcher)
+    suite_data = suite.model_dump(mode="json")
+    shared = shared_cases(groups) if shared is None else shared
+    cases = cases_of(groups)
+    tasks = {c.case_id: CaseTask(suite_data, str(suite_path), c.to_dict(), str(run_dir), resume=resume) for c in cases}
+    results = []
+    with RunProgress(console, suite, total_cases=len(cases)) as progress:
+
+        def progress_for(case: Case) -> Callable[[str, int, int], None]:
+            progress.case_started(case.case_id)
+            return progress.for_case(case.case_id)
+
+        written_ids: set[str] = set()
+        counted: set[str] = set()  # dense is reported after each of its groups, counted once
+        # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
+        with contextlib.closing(schedule_groups(launcher, groups, tasks, progress_for, suite.reference)) as timed_groups:
+            for timed in timed_groups:
+                written = write_group(run_dir, timed, shared, written_ids)
+                for result in written:
+                    progress.case_finished(result.case_id, result, count=result.case_id not in counted)
+                    counted.add(result.case_id)
+                results += written
+    return results
+
+
+def schedule_groups(
+    launcher: Any, groups: list[Group], tasks: dict[str, CaseTask], progress_for: Callable[[Case], Any], reference: str
+) -> Iterator[GroupRun]:
+    """The groups as they end: a launcher that places cases itself (several at once, or as cluster
+    jobs) has `run_groups`; the others are timed one group after another (`dstbench.execution.rounds`)."""
+    if hasattr(launcher, "run_groups"):
+        return launcher.run_groups(groups, tasks, progress_for, reference)
+    return run_groups(launcher, groups, tasks, progress_for, reference)
+
+
+def _check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> None:
+    """`--only` and `--density` must name what the suite has (a typo would silently run nothing)."""
+    problems = []
+    known = [m.key for m in suite.methods]
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        problems.append(("--only", f"not in the suite: {unknown} (suite has: {', '.join(sorted(known))})"))
+    strays = [d for d in densities or () if not any(math.isclose(d, s) for s in suite.densities)]
+    if strays:
+        allowed = ", ".join(f"{d:g}" for d in suite.densities)
+        problems.append(("--density", f"not in the suite: {', '.join(f'{d:g}' for d in strays)} (suite has: {allowed})"))
+    if problems:
+        raise SuiteError(str(suite_path), problems)
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """What `dstbench run` would do: the suite as validated, every case of it, the selected ones,
+    the run folder to resume (None: a new one), the selected cases it still lacks, the launcher and
+    the groups the selected cases are timed in."""
+
+    suite: SuiteConfig
+    suite_path: Path
+    overrides: dict[str, Any]
+    all_cases: list[Case]
+    cases: list[Case]
+    run_dir: Path | None
+    todo: list[Case]
+    launcher: Any
+    groups: list[Group]
+    shared: set[str]  # the cases timed in several groups of the whole suite (dense)
+
+
+def plan_run(
+    suite_path: str | Path,
+    *,
+    out: str | Path = "runs",
+    device: str | None = None,
+    resume: bool | str | None = None,
+    only: list[str] | None = None,
+    densities: list[float] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> RunPlan:
+    """Validate the suite (with `overrides` and `device`) and the selection, and list the cases;
+    writes nothing. Raises `SuiteError` when any of it is unusable."""
+    suite_path = Path(suite_path)
+    overrides = dict(overrides or {})
+    if device:
+        overrides["device"] = device
+    suite = load_suite(suite_path, overrides)
+    _check_selection(suite, suite_path, only, densities)
+    cases = expand_cases(suite, only, densities)
+    if not cases:
+        raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
+    out = Path(out)
+    blocking = next((p for p in (out, *out.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise SuiteError(str(suite_path), [("--out", f"{blocking} is a file, not a folder for run folders")])
+    run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
+    launcher = make_launcher(suite.launcher)
+    # What only this host can say (GPUs and cores for `parallel`, submitit and Slurm for jobs).
+    problems = launcher.preflight(suite) if hasattr(launcher, "preflight") else []
+    if problems:
+        raise SuiteError(str(suite_path), problems)
+    groups = timing_groups(suite, cases, launcher)
+    all_cases = expand_cases(suite)
+    # Shared across the whole suite, not the selection: with one density selected dense sits in one
+    # group, yet its line holds the other densities' segments too (`--resume --density`).
+    shared = shared_cases(timing_groups(suite, all_cases, launcher))
+    todo_groups = pending_groups(groups, run_dir, shared)
+    return RunPlan(suite, suite_path, overrides, all_cases, cases, run_dir, cases_of(todo_groups), launcher, groups, shared)
+
+
+def pending_groups(groups: list[Group], run_dir: Path | None, shared: set[str] | None = None) -> list[Group]:
+    """The groups whose cases still need timing: a group not done is timed again whole
+    (dstbench.suite.groups), and its cases' lines are then replaced. `shared`: as `RunPlan.shared`
+    (default: the cases shared by `groups`)."""
+    lines = _latest_lines(run_dir) if run_dir else {}
+    shared = shared_cases(groups) if shared is None else shared
+    return [g for g in groups if not group_done(g, lines, shared)]
+
+
+def cases_of(groups: list[Group]) -> list[Case]:
+    """The distinct cases of `groups`, in order (dense belongs to several)."""
+    return list({c.case_id: c for g in groups for c in g.cases}.values())
+
+
+def planned_cases(cases: list[Case]) -> list[PlannedCase]:
+    return [PlannedCase(c.method, c.kind, c.density) for c in cases]
+
+
+def run_suite(
+    suite_path: str | Path,
+    *,
+    out: str | Path = "runs",
+    device: str | None = None,
+    resume: bool | str | None = None,
+    only: list[str] | None = None,
+    densities: list[float] | None = None,
+    overrides: dict[str, Any] | None = None,
+    console: Console | None = None,
+) -> Path:
+    """Run a suite (or the missing cases of an earlier run) and return its run folder.
+
+    `overrides` set suite keys before validation (dotted keys, as `dstbench run --set`); they are
+    recorded in run.json and named in the stored suite.yaml. Raises `SuiteError` before anything
+    is written when the suite, the selection or the run folder to resume is unusable.
+    """
+    console = console or Console(stderr=True, soft_wrap=True)
+    plan = plan_run(suite_path, out=out, device=device, resume=resume, only=only, densities=densities, overrides=overrides)
+    suite, suite_path, cases = plan.suite, plan.suite_path, plan.cases
+    lock = RunLock()
+    try:
+        run_dir = resolve_run_dir(Path(out), suite, suite_path, resume, plan.overrides, lock)
+        # Which cases the suite has and which this run was asked for: reports and `check` tell an
+        # unfinished run from one that selected fewer cases (dstbench.results.coverage).
+        record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
+        shared = plan.shared
+        todo_groups = pending_groups(plan.groups, run_dir, shared)  # again, under the lock
+        todo = cases_of(todo_groups)
+        console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
+        collector = start_collect_env(run_dir)
+        try:
+            run_cases(suite, suite_path, run_dir, todo_groups, console, resume=bool(resume), launcher=plan.launcher, shared=shared)
+        except (KeyboardInterrupt, Terminated) as stop:
+            finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
+            # The cases without a line were running or not started: none is half-recorded, and
+            # `--resume` runs them. Which were left is noted in run.json and said here.
+            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, run_dir, shared))]
+            try:
+                record_interruption(run_dir, unfinished, stop)
+            except OSError:
+                pass  # a full disk must not hide why the run stopped; the message below says it
+            console.print(
+                f"stopped ({'Ctrl-C' if isinstance(stop, KeyboardInterrupt) else stop}): {len(cases) - len(unfinished)} of "
+                f"{len(cases)} cases have a line in {run_dir / 'results.jsonl'}; not run: {clip(', '.join(unfinished), 300)}. "
+                f"Run them with: dstbench run {suite_path} --resume {run_dir}",
+                highlight=False, markup=False,
+            )
+            raise
+        except BaseException:
+            finish_collect_env(collector, timeout_s=0)
+            raise
+        finish_collect_env(collector)
+    finally:
+        lock.release()
+    return run_dir

@@ -1,0 +1,104 @@
+"""Energy of the timed segments from NVML's total-energy counter (NVIDIA GPUs, Volta and newer).
+
+The counter is read at the start and the end of each window (a `with` block; a case alone on the
+GPU reads once around all its segments, an interleaved one around each of its own segments, since
+its group's other cases use the GPU in between). It counts the whole GPU (other processes on it
+included) in millijoules, but the driver refreshes it only every so often, so a short window can
+read a stale value at either end. Windows must last `MIN_WINDOW_S` or more on average (then one
+missed refresh per window, of roughly 0.1 s, is at most ~5% of the time) and the counter must
+advance; otherwise the result says "not measured" and why. Everything here returns a reason rather than
+raising: a machine without a driver simply records no energy.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any, Callable
+
+import torch
+
+from dstbench.measure import nvml
+
+MIN_WINDOW_S = 2.0
+SOURCE = "NVML total-energy counter (whole GPU)"
+
+
+class EnergyMeter:
+    """Reads the energy counter around the work inside `with`; `result(steps, images)` gives the
+    result line's `energy` field. The caller synchronises the device at both ends (the runner's
+    warm-up ends in a sync and every timed segment ends in one)."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        min_seconds: float = MIN_WINDOW_S,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.device = torch.device(device)
+        self.min_seconds = min_seconds
+        self._clock = clock
+        self._index: int | None = None
+        self._start_mj: int | None = None
+        self._t0 = 0.0
+        self._windows: list[tuple[int, float]] = []  # (millijoules, seconds) per window
+        self.reason: str | None = None  # why not measured; None while it can still be
+
+    def __enter__(self) -> "EnergyMeter":
+        if self.reason is not None:
+            pass
+        elif self.device.type != "cuda":
+            self.reason = f"device {self.device.type}: NVML's energy counter exists on NVIDIA GPUs only"
+        elif not nvml.available():
+            self.reason = "NVML not available (no NVIDIA driver or nvidia-ml-py)"
+        else:
+            if self._index is None:
+                self._index = nvml.index_of(self.device)
+            self._start_mj = nvml.total_energy_mj(self._index)
+            if self._start_mj is None:
+                self.reason = "this GPU's total-energy counter is not readable (needs Volta or newer)"
+        self._t0 = self._clock()
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        t1 = self._clock()
+        if self.reason is None and self._index is not None and self._start_mj is not None:
+            end_mj = nvml.total_energy_mj(self._index)
+            if end_mj is None:
+                self.reason = "the total-energy counter could not be read after the segments"
+            else:
+                self._windows.append((end_mj - self._start_mj, t1 - self._t0))
+
+    @property
+    def seconds(self) -> float:
+        return sum(seconds for _, seconds in self._windows)
+
+    def result(self, steps: int, images: int) -> dict[str, Any]:
+        """Joules per step and images per joule, or `measured: False` with the reason."""
+        if self.reason is not None:
+            return {"measured": False, "reason": self.reason}
+        assert self._windows, "result() before the with-block ended"
+        mean_s = self.seconds / len(self._windows)
+        if mean_s < self.min_seconds:
+            what = "timed segments lasted" if len(self._windows) == 1 else "each window (one per segment) lasted on average"
+            return {
+                "measured": False,
+                "reason": f"{what} {mean_s:.2f} s, under the {self.min_seconds:g} s "
+                "the counter's resolution needs (lengthen the segments)",
+            }
+        joules = sum(mj for mj, _ in self._windows) / 1e3
+        if joules <= 0:
+            return {"measured": False, "reason": "the total-energy counter did not advance over the segments"}
+        return {
+            "measured": True,
+            "source": SOURCE,
+            "nvml_index": self._index,
+            "joules": joules,
+            "seconds": self.seconds,
+            "steps": steps,
+            "images": images,
+            "joules_per_step": joules / steps,
+            "images_per_joule": images / joules,
+            "mean_power_w": joules / self.seconds,
+        }

@@ -1,0 +1,170 @@
+"""Memory: the CUDA allocator's peak, the process's peak RSS, and exact byte counts on every device.
+
+The byte counts are what a noisy or GPU-less machine can gate on: training state (parameters,
+gradients, optimizer state, method buffers) and the activations saved for backward in one step.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Iterable
+
+import torch
+
+if TYPE_CHECKING:
+    from dstbench.dst.method import Method
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple[str, int]:
+    return (str(tensor.device), tensor.untyped_storage().data_ptr())
+
+
+def unique_bytes(tensors: Iterable[torch.Tensor], exclude: set[tuple[str, int]] | None = None) -> int:
+    """Bytes of the distinct storages behind `tensors` (views of one storage count once)."""
+    seen = set(exclude or ())
+    total = 0
+    for tensor in tensors:
+        if tensor is None or tensor.device.type == "meta":
+            continue
+        key = _storage_key(tensor)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += tensor.untyped_storage().nbytes()
+    return total
+
+
+def training_state_bytes(method: Method) -> dict[str, int]:
+    """Bytes of what training keeps between steps, by part, plus `total`.
+
+    Gradients are counted as one buffer per trainable parameter, the size each holds during a step.
+    """
+    params = [p for p in method.model.parameters()]
+    state_tensors = [
+        value
+        for state in method.optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor)
+    ]
+    parts = {
+        "parameters": unique_bytes(params),
+        "gradients": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
+        "optimizer_state": unique_bytes(state_tensors),
+        "method_buffers": unique_bytes(method.method_buffers().values()),
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+class ActivationCounter:
+    """Counts the bytes autograd saves for backward inside `with` (parameters excluded), through
+    `torch.autograd.graph.saved_tensors_hooks`. Each storage counts once."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._params = {_storage_key(p) for p in model.parameters()}
+        self._seen: set[tuple[str, int]] = set()
+        self.total = 0
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device.type != "meta":
+            key = _storage_key(tensor)
+            if key not in self._params and key not in self._seen:
+                self._seen.add(key)
+                self.total += tensor.untyped_storage().nbytes()
+        return tensor
+
+    def __enter__(self) -> "ActivationCounter":
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._hooks.__exit__(exc_type, exc, tb)
+
+
+class AllocatorPeak:
+    """`torch.cuda.max_memory_allocated` / `max_memory_reserved` over the work inside `with`.
+    On other devices both stay None."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.peak_bytes: int | None = None
+        self.reserved_bytes: int | None = None
+
+    def __enter__(self) -> "AllocatorPeak":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.device.type == "cuda" and exc_type is None:
+            torch.cuda.synchronize(self.device)
+            self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
+            self.reserved_bytes = int(torch.cuda.max_memory_reserved(self.device))
+
+
+_STATUS = Path("/proc/self/status")
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def current_rss_bytes() -> int | None:
+    kib = _status_kib("VmRSS")
+    return kib * 1024 if kib is not None else None
+
+
+def _reset_high_water_mark() -> bool:
+    """Reset this process's VmHWM to its current RSS ("5" to clear_refs, Linux >= 4.0)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_bytes() -> int:
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+class RssPeak:
+    """How much more resident memory than `baseline_bytes` the work inside `with` needed at its peak.
+
+    `baseline_bytes` is the process's RSS when the case started building (`current_rss_bytes`); the
+    peak is the high-water mark over the `with` block, which is reset on entry. `growth_bytes` is
+    peak - baseline, clamped at 0: in a process that ran earlier work, memory freed after the
+    baseline (garbage collected, returned to the OS) can leave the whole block below the baseline,
+    and "needed nothing extra" is then the truthful figure, not a negative one. Where the high-water
+    mark cannot be reset it is the process's lifetime peak, an upper bound. None where the baseline
+    is unknown (no /proc: not Linux).
+    """
+
+    def __init__(self, baseline_bytes: int | None) -> None:
+        self.baseline_bytes = baseline_bytes
+        self.peak_bytes: int | None = None
+        self.growth_bytes: int | None = None
+        self.reset = False
+
+    def __enter__(self) -> "RssPeak":
+        self.reset = _reset_high_water_mark()
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.peak_bytes = _peak_rss_bytes()
+        if self.baseline_bytes is not None:
+            self.growth_bytes = max(0, self.peak_bytes - self.baseline_bytes)

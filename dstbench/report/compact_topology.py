@@ -1,0 +1,140 @@
+"""A compact method's topology over a run, read from `method_extras` of its result line.
+
+BARTER records, per topology update, the step and the heads and FFN hidden units of each block.
+Accepted shapes of `method_extras["topology_history"]` (a list, one entry per update):
+`{"step": s, "heads": [h0, h1, ...], "hidden": [n0, n1, ...]}` (what methods/barter.py writes,
+starting with the topology at step 0) or `{"step": s, "blocks": [{"heads": h0, "hidden": n0}, ...]}`.
+Anything else reads as absent. `method_extras["dense_width"]` (`{"heads": [...], "hidden": [...]}`,
+the full-size model's per-block widths), when present, sets the colour scale's top.
+
+An update entry may also carry `"exchange": {"heads": {...}, "hidden": {...}}`, what the update did
+to each unit kind: `pruned`, `pruned_clones` (of those, units made at the previous update: copies
+of a cloned unit, the first included, or new units), `population` (units before the update),
+`clone_population` (of those, units made at the previous update), `moved` (units that changed
+block: what the blocks that grew gained), `cloned` and `new`. `exchange_summary` totals them per
+case and the "Topology exchanges" table shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dstbench.util.text import percent
+from dstbench.report.sections import Table, register_table
+from dstbench.report.tables import ordered
+
+HISTORY_KEYS = ("topology_history", "topology")
+UNIT_KINDS = ("heads", "hidden")
+EXCHANGE_FIELDS = ("pruned", "pruned_clones", "population", "clone_population", "moved", "cloned", "new")
+
+
+def _per_block(entry: dict[str, Any]) -> tuple[list[float], list[float]] | None:
+    if isinstance(entry.get("blocks"), list):
+        blocks = [b for b in entry["blocks"] if isinstance(b, dict)]
+        return [b.get("heads", np.nan) for b in blocks], [b.get("hidden", np.nan) for b in blocks]
+    if isinstance(entry.get("heads"), list) and isinstance(entry.get("hidden"), list):
+        return list(entry["heads"]), list(entry["hidden"])
+    return None
+
+
+def topology_history(extras: Any) -> dict[str, Any] | None:
+    """`{"steps": [...], "heads": blocks x updates array, "hidden": same}`, or None when absent."""
+    if not isinstance(extras, dict):
+        return None
+    history = next((extras[k] for k in HISTORY_KEYS if isinstance(extras.get(k), list) and extras[k]), None)
+    if history is None:
+        return None
+    steps, heads, hidden = [], [], []
+    for entry in history:
+        parsed = _per_block(entry) if isinstance(entry, dict) else None
+        if parsed is None:
+            return None
+        steps.append(entry.get("step", len(steps)))
+        heads.append(parsed[0])
+        hidden.append(parsed[1])
+    depth = max(len(h) for h in heads + hidden)
+    if depth == 0:
+        return None
+
+    def matrix(columns: list[list[float]]) -> np.ndarray:
+        padded = [[float(v) if isinstance(v, (int, float)) else np.nan for v in c] + [np.nan] * (depth - len(c)) for c in columns]
+        return np.asarray(padded, dtype=float).T
+
+    widths = extras.get("dense_width") if isinstance(extras.get("dense_width"), dict) else {}
+
+    def top(key: str, observed: np.ndarray) -> float:
+        full = [v for v in widths.get(key) or [] if isinstance(v, (int, float))]
+        values = [float(np.nanmax(observed))] if np.isfinite(observed).any() else []
+        return max(full + values) if full or values else 1.0
+
+    out: dict[str, Any] = {"steps": steps, "heads": matrix(heads), "hidden": matrix(hidden)}
+    out["max_heads"], out["max_hidden"] = top("heads", out["heads"]), top("hidden", out["hidden"])
+    return out
+
+
+def _history(extras: Any) -> list[Any] | None:
+    if not isinstance(extras, dict):
+        return None
+    return next((extras[k] for k in HISTORY_KEYS if isinstance(extras.get(k), list) and extras[k]), None)
+
+
+def exchange_summary(extras: Any) -> dict[str, dict[str, float]] | None:
+    """Per unit kind, the exchanges of a run: `updates` (that exchanged anything or not, skipped ones
+    left out), totals of `pruned`, `moved`, `cloned`, `new`, and over the updates after the first
+    (the ones that can meet units made at a previous update) `fresh_pruned_share`, the share of
+    pruned units made at the previous update, against `fresh_population_share`, their share of the
+    population. None when the history holds no exchange records."""
+    records = [e["exchange"] for e in _history(extras) or [] if isinstance(e, dict) and isinstance(e.get("exchange"), dict)]
+    if not records:
+        return None
+    out: dict[str, dict[str, float]] = {}
+    for kind in UNIT_KINDS:
+        rows = [r[kind] for r in records if isinstance(r.get(kind), dict)]
+        if not rows:
+            continue
+
+        def total(field: str, rows: list[dict] = rows) -> float:
+            return float(sum(r.get(field, 0) or 0 for r in rows))
+
+        later = rows[1:]
+        pruned, population = total("pruned", later), total("population", later)
+        out[kind] = {
+            "updates": len(rows),
+            **{field: total(field) for field in ("pruned", "moved", "cloned", "new")},
+            "fresh_pruned_share": total("pruned_clones", later) / pruned if pruned else np.nan,
+            "fresh_population_share": total("clone_population", later) / population if population else np.nan,
+        }
+    return out or None
+
+
+@register_table(
+    "topology_exchange_table", "Topology exchanges", order=45,
+    caption="What a compact method's topology updates did, per unit kind, summed over the run.",
+)
+def topology_exchange_table(derived: pd.DataFrame) -> Table | None:
+    if "method_extras" not in derived:
+        return None
+    rows = []
+    for _, r in ordered(derived).iterrows():
+        summary = exchange_summary(r.get("method_extras"))
+        for kind, s in (summary or {}).items():
+            over = s["fresh_pruned_share"] / s["fresh_population_share"] if s["fresh_population_share"] else np.nan
+            rows.append([
+                str(r["method"]), f"{float(r['density']):g}", kind, str(int(s["updates"])), str(int(s["pruned"])),
+                percent(s["fresh_pruned_share"]), percent(s["fresh_population_share"]),
+                "—" if not np.isfinite(over) else f"{over:.2f}×", str(int(s["moved"])), str(int(s["new"])),
+            ])
+    if not rows:
+        return None
+    return Table(
+        headers=["method", "density", "units", "updates", "pruned", "pruned: made at previous update",
+                 "population: made at previous update", "ratio", "moved between blocks", "new units"],
+        rows=rows,
+        align=["left", "right", "left"] + ["right"] * 7,
+        note="Units made at an update are the copies of a cloned unit (the first included) and new units; "
+        "the two shares are over the updates after the first, and their ratio is above 1 when such "
+        "units are pruned more often than their number would say.",
+    )

@@ -1,0 +1,149 @@
+"""Which of a run's cases have a result line: the suite's cases, those the run was asked for
+(`--only`, `--density`), and those of them that never finished (an interrupted run).
+
+`dstbench run` records the suite's expanded cases and the selection in `run.json` (`cases`,
+`selected`); a run folder from before that is read from its stored `suite.yaml` instead, with the
+kinds its result lines name (a method without a line is looked up in the registry). Nothing here
+imports torch unless that fallback needs the registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from dstbench.suite.cases import case_id
+from dstbench.results.record import iter_results
+from dstbench.results.run_folder import load_run_meta
+from dstbench.util.files import RUN_FILE, SUITE_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCase:
+    """A case of the suite as `run.json` records it."""
+
+    method: str  # the label
+    kind: str
+    density: float
+
+    @property
+    def case_id(self) -> str:
+        return case_id(self.method, self.density)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "method": self.method, "kind": self.kind, "density": self.density}
+
+
+@dataclasses.dataclass
+class Coverage:
+    """The cases of one run folder. `planned` is every case of the suite, in run order."""
+
+    planned: list[PlannedCase]
+    selected: list[str]  # case ids the run was asked for (every planned one without a selection)
+    present: list[str]  # case ids with a result line
+    # Whether run.json records the selection; a run folder from before it cannot tell a case left
+    # out by `--only` from one an interruption never reached.
+    recorded: bool = True
+
+    @property
+    def missing(self) -> list[str]:
+        """Asked for, but without a result line: the run did not finish."""
+        done = set(self.present)
+        return [c for c in self.selected if c not in done]
+
+    @property
+    def unselected(self) -> list[str]:
+        """In the suite but left out by `--only` / `--density` (and never run)."""
+        chosen, done = set(self.selected), set(self.present)
+        return [p.case_id for p in self.planned if p.case_id not in chosen and p.case_id not in done]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def summary(self) -> str:
+        """'2 of 3 cases (1 not run: barter@0.5)', or '11 of 11 cases'; the suite's size when a
+        selection left cases out."""
+        ran = len([c for c in self.selected if c in set(self.present)])
+        text = f"{ran} of {len(self.selected)} cases"
+        if self.missing:
+            shown = ", ".join(self.missing[:5]) + (", ..." if len(self.missing) > 5 else "")
+            text += f" ({len(self.missing)} not run: {shown})"
+        if self.unselected:
+            text += f"; {len(self.unselected)} more in the suite, not selected"
+        return text
+
+
+def record_cases(run_dir: str | Path, planned: Iterable[PlannedCase], selected: Iterable[str], **fields: Any) -> None:
+    """Write the suite's cases and the selection into `run.json` (with any other `fields`). A run
+    resumed with another selection keeps what it was asked for before, too."""
+    run_dir = Path(run_dir)
+    meta = load_run_meta(run_dir)
+    before = [c for c in meta.get("selected") or [] if isinstance(c, str)]
+    planned = list(planned)
+    meta["cases"] = [p.to_dict() for p in planned]
+    meta["selected"] = list(dict.fromkeys([*before, *selected]))
+    meta.update(fields)
+    path = run_dir / RUN_FILE
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:
+    cases = meta.get("cases")
+    if not isinstance(cases, list):
+        return None
+    try:
+        return [PlannedCase(str(c["method"]), str(c["kind"]), float(c["density"])) for c in cases]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _from_suite(run_dir: Path, lines: list[dict[str, Any]]) -> list[PlannedCase] | None:
+    """The cases of the stored suite, for run folders whose run.json predates `cases`."""
+    try:
+        suite = yaml.safe_load((run_dir / SUITE_FILE).read_text(encoding="utf-8"))
+        methods = [m if isinstance(m, dict) else {"name": m} for m in suite["methods"]]
+        densities = [float(d) for d in suite["densities"]]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+    kinds = {str(line.get("method")): str(line.get("kind")) for line in lines}
+    planned = []
+    for spec in methods:
+        label = str(spec.get("label") or spec.get("name"))
+        kind = kinds.get(label) or _registered_kind(str(spec.get("name")))
+        for density in [1.0] if kind == "dense" else densities:
+            planned.append(PlannedCase(label, kind, density))
+    return sorted(planned, key=lambda c: (c.kind != "dense", -c.density))
+
+
+def _registered_kind(name: str) -> str:
+    try:
+        from dstbench.dst.registry import method_info
+
+        return method_info(name).kind
+    except Exception:  # noqa: BLE001 - a plugin that is not installed here: assume a sparse method
+        return "masked"
+
+
+def run_coverage(run_dir: str | Path) -> Coverage | None:
+    """The cases of a run folder; None when neither run.json nor suite.yaml says what they were."""
+    run_dir = Path(run_dir)
+    lines = list(iter_results(run_dir))
+    meta = load_run_meta(run_dir)
+    planned = _from_meta(meta) or _from_suite(run_dir, lines)
+    if planned is None:
+        return None
+    # Named from method and density, as the planned cases are (what a line's case_id is made of).
+    present = list(dict.fromkeys(case_id(str(line.get("method")), float(line.get("density") or 0.0)) for line in lines))
+    selected = meta.get("selected")
+    if isinstance(selected, list):
+        return Coverage(planned, [str(c) for c in selected], present)
+    # No record of a selection: count the whole suite as asked for.
+    return Coverage(planned, [p.case_id for p in planned], present, recorded=False)

@@ -1,0 +1,409 @@
+"""Result lines -> one DataFrame with the figures a report shows, relative to a reference method.
+
+Every figure is derived from what the run measured: paired ratios of segment samples timed in the
+same round of the same interleaved group (or, where no segment pairs, ratios of medians with a
+bootstrap interval), byte counts and FLOP counts from the result lines.
+
+Speedup (`speedup_stats`): where a case and its reference were timed in the same group, round r
+gives the ratio reference_ms[r] / method_ms[r]; the speedup is the median of those ratios and its
+interval the distribution-free order-statistic interval of that median (coverage >= 95% from 6
+rounds on; with fewer, none, as even the range would cover less). Elsewhere (runs made with `interleave: false`,
+lines written before interleaving existed) it is the ratio of medians with a percentile bootstrap
+interval. `speedup_basis` says which.
+
+Plausibility (`plausibility`): a figure beyond what physics allows is flagged in `implausible` and
+left out of the headline: a speedup whose interval clears one of its limits (`SPEED_LIMITS`, each a
+derived column: the FLOP limit and, for compact methods, the shape limit) by more than
+`LIMIT_TOLERANCE`, or a masked method on dense kernels faster than dense beyond its interval by more
+than `MASKED_TOLERANCE` (it does dense's matmuls plus masking).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+from scipy.stats import binom
+
+from dstbench.util.text import ci_text, present
+from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
+
+BOOTSTRAP_RESAMPLES = 2000
+# Beside the reference's figures (`baseline_ratios`): the speedup against dense, and for compact
+# methods the shape limit that small_dense, a dense model of their shapes, sets.
+BASELINE_COLUMNS = ("speedup_vs_dense", "speedup_vs_dense_ci_low", "speedup_vs_dense_ci_high", "shape_limit", "shape_fraction")
+SHAPE_BASELINE = "small_dense"  # a dense model of the compact methods' shapes (methods/small_dense.py)
+DERIVED_COLUMNS = (
+    "reference", "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_basis", "speedup_pairs",
+    "memory_basis", "memory_bytes", "memory_reduction", "state_ratio", "activation_ratio", "flop_limit",
+    "flop_fraction", "topology_share", "segments", "ms_per_step", "spread", "noise_level", "contended",
+    "implausible",
+) + BASELINE_COLUMNS
+TEXT_COLUMNS = ("reference", "memory_basis", "speedup_basis", "noise_level", "implausible")
+# IQR / median of a case's segment times above which it is noisy / very noisy (torch.utils.benchmark's).
+NOISY, VERY_NOISY = 0.10, 0.25
+# Speedup limits the physics of a case allows, by derived column: a limit added here is checked by
+# `plausibility` (and shown by the tables that list it).
+SPEED_LIMITS = {"flop_limit": "FLOP limit", "shape_limit": "shape limit"}
+# FLOP counts leave out elementwise work, masking and topology updates, which differ between
+# methods (a masked method measured 1.11x vs another with the same FLOPs): room before a limit binds.
+LIMIT_TOLERANCE = 0.20
+MASKED_TOLERANCE = 0.05
+CI_LEVEL = 0.95
+
+
+@dataclasses.dataclass
+class SpeedupStats:
+    """A speedup against a reference, its interval and how it was computed."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    basis: str  # "paired" (median of per-round ratios), "unpaired" (ratio of medians), "same case"
+    pairs: int  # rounds paired; 0 unless paired
+
+
+def paired_ratios(reference: pd.Series | dict[str, Any], method: pd.Series | dict[str, Any]) -> list[float]:
+    """reference_ms / method_ms of every (group, round) both were timed in, in round order."""
+
+    def tagged(line: Any) -> dict[tuple[str, int], float]:
+        ms = line.get("segment_ms") if hasattr(line, "get") else None
+        groups, rounds = line.get("segment_group"), line.get("segment_round")
+        if not isinstance(ms, list) or not isinstance(groups, list) or not isinstance(rounds, list):
+            return {}
+        if not len(ms) == len(groups) == len(rounds):
+            return {}
+        return {(g, r): float(x) for x, g, r in zip(ms, groups, rounds) if g and x is not None and np.isfinite(x) and x > 0}
+
+    ref, own = tagged(reference), tagged(method)
+    return [ref[key] / own[key] for key in sorted(set(ref) & set(own), key=lambda k: (k[0], k[1]))]
+
+
+def median_ci(values: list[float], level: float = CI_LEVEL) -> tuple[float, float]:
+    """Order-statistic interval of the median: [x(k), x(n-k+1)] for the largest k whose coverage
+    1 - 2 P(Binomial(n, 1/2) < k) is at least `level`. NaN below 6 values: even their range
+    covers less than 95% (5 values: 93.8%), and a table would still label it "95% CI"."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0 or 1 - 2 * binom.cdf(0, n, 0.5) < level:
+        return (np.nan, np.nan)
+    k = 1
+    while k + 1 <= n - k and 1 - 2 * binom.cdf(k, n, 0.5) >= level:
+        k += 1
+    return float(ordered[k - 1]), float(ordered[n - k])
+
+
+def speedup_stats(row: pd.Series | dict[str, Any], ref: pd.Series | dict[str, Any], *, same: bool = False) -> SpeedupStats | None:
+    """The speedup of `row` against `ref` (see the module docstring); None without timed samples."""
+    own_ms, ref_ms = segment_samples(row.get("segment_ms")), segment_samples(ref.get("segment_ms"))
+    if not own_ms or not ref_ms:
+        return None
+    if same:
+        # The reference against itself: identical samples, the ratio is exactly 1.
+        return SpeedupStats(1.0, 1.0, 1.0, "same case", 0)
+    ratios = paired_ratios(ref, row)
+    if ratios:
+        low, high = median_ci(ratios)
+        return SpeedupStats(float(np.median(ratios)), low, high, "paired", len(ratios))
+    if not present(row.get("median_ms")) or not present(ref.get("median_ms")) or float(row["median_ms"]) <= 0:
+        return None
+    low, high = bootstrap_speedup_ci(ref_ms, own_ms)
+    return SpeedupStats(float(ref["median_ms"]) / float(row["median_ms"]), low, high, "unpaired", 0)
+
+
+def noise_level(spread: float) -> str:
+    """"very noisy", "noisy" or "" for an IQR / median."""
+    if not np.isfinite(spread):
+        return ""
+    return "very noisy" if spread > VERY_NOISY else "noisy" if spread > NOISY else ""
+
+
+def plausibility(row: pd.Series, values: dict[str, Any]) -> list[str]:
+    """Why `row`'s speed figures are beyond what physics allows (see the module docstring)."""
+    flags = []
+    low = values.get("speedup_ci_low")
+    for column, label in SPEED_LIMITS.items():
+        limit = values.get(column)
+        if present(low) and present(limit) and limit > 0 and low > limit * (1 + LIMIT_TOLERANCE):
+            flags.append(
+                f"speedup {values['speedup']:.2f}x [{low:.2f}, {values['speedup_ci_high']:.2f}] is beyond its {label} "
+                f"{limit:.2f}x ({values['speedup'] / limit:.0%} of it)"
+            )
+    dense_low = values.get("speedup_vs_dense_ci_low")
+    # Only on dense kernels: sparse kernels (execution csr, 2:4) may beat dense legitimately.
+    on_dense_kernels = not present(row.get("execution")) or row.get("execution") == "masked"
+    if row.get("kind") == "masked" and on_dense_kernels and present(dense_low) and dense_low > 1 + MASKED_TOLERANCE:
+        flags.append(
+            f"masked, yet {values['speedup_vs_dense']:.2f}x [{dense_low:.2f}, {values['speedup_vs_dense_ci_high']:.2f}] "
+            "faster than dense, whose matmuls it repeats"
+        )
+    return flags
+
+
+def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
+    """Every result line of the given run folders, one row per case, with `run` naming its folder."""
+    rows = []
+    for run_dir in run_dirs:
+        for line in iter_results(Path(run_dir)):
+            rows.append({**line, "run": str(run_dir)})
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        # Every field of a result line is a column, even where no line has it (lines written by
+        # another version, or by hand): sections test values, never whether a column exists.
+        for name in RESULT_FIELDS:
+            if name not in frame:
+                frame[name] = None
+    return frame
+
+
+def bootstrap_speedup_ci(
+    reference_ms: list[float], method_ms: list[float], *, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(reference) / median(method), resampling each side."""
+    ref, own = np.asarray(reference_ms, float), np.asarray(method_ms, float)
+    if len(ref) < 2 or len(own) < 2:
+        return (np.nan, np.nan)  # one sample has no spread: no interval, not a zero-width one
+    rng = np.random.default_rng(seed)
+    ref_medians = np.median(rng.choice(ref, (BOOTSTRAP_RESAMPLES, len(ref))), axis=1)
+    own_medians = np.median(rng.choice(own, (BOOTSTRAP_RESAMPLES, len(own))), axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(ref_medians / own_medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _memory(row: pd.Series) -> tuple[float, str]:
+    """The memory figure a reduction is computed from, and what it is."""
+    if present(row.get("peak_memory_bytes")):
+        return float(row["peak_memory_bytes"]), "allocator peak"
+    state, act = row.get("state_bytes"), row.get("activation_bytes")
+    if present(state) and present(act):
+        return float(state) + float(act), "state + activation bytes"
+    return np.nan, "not measured"
+
+
+def _ratio(row: pd.Series, ref: pd.Series, key: str) -> float:
+    own, base = row.get(key), ref.get(key)
+    return float(own) / float(base) if present(own) and present(base) and float(base) else np.nan
+
+
+def reference_row(frame: pd.DataFrame, reference: str, density: float, run: str | None = None) -> pd.Series | None:
+    """The ok result of `reference` at `density` (a dense reference is compared at 1.0)."""
+    candidates = frame[(frame["method"] == reference) & (frame["status"] == "ok")]
+    if run is not None and "run" in candidates:
+        candidates = candidates[candidates["run"] == run]
+    if candidates.empty:
+        return None
+    if (candidates["kind"] == "dense").all():
+        return candidates.iloc[-1]
+    same = candidates[np.isclose(candidates["density"].astype(float), density)]
+    return same.iloc[-1] if not same.empty else None
+
+
+def _speed_values(row: pd.Series, values: dict[str, Any]) -> None:
+    """The case's own timing figures: segments, ms per step, spread and noise, contention."""
+    segments = segment_samples(row.get("segment_ms"))
+    values["segments"] = len(segments) if row["status"] == "ok" else np.nan
+    values["contended"] = bool((row.get("noise") or {}).get("contended")) if isinstance(row.get("noise"), dict) else False
+    if row["status"] != "ok" or not segments:
+        return
+    median = float(np.median(segments))
+    if sum(segments) > 0:
+        values["topology_share"] = float(row.get("topology_ms") or 0.0) / sum(segments)
+    steps = row.get("segment_steps")
+    if present(steps) and float(steps) > 0:
+        values["ms_per_step"] = median / float(steps)
+    if median > 0:
+        q1, q3 = np.percentile(segments, [25, 75])
+        values["spread"] = float(q3 - q1) / median
+        values["noise_level"] = noise_level(values["spread"])
+
+
+def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Add speedup (with its 95% CI and basis), memory reduction, byte ratios, FLOP limit, topology
+    share, the case's own timing figures (segments, ms per step, spread, noise level, contended)
+    and plausibility flags.
+
+    Failed cases keep their rows (status says why) with every derived figure NaN.
+    """
+    out = frame.copy()
+    columns: dict[str, list[Any]] = {key: [] for key in DERIVED_COLUMNS}
+    baselines = baseline_ratios(frame, reference)
+    for index, row in frame.iterrows():
+        ref = reference_row(frame, reference, float(row["density"]), row.get("run"))
+        ok = row["status"] == "ok" and ref is not None
+        values: dict[str, Any] = dict.fromkeys(columns, np.nan)
+        values.update(reference=reference if ref is not None else None, speedup_basis="", noise_level="", implausible="")
+        own_mem, basis = _memory(row)
+        values["memory_basis"], values["memory_bytes"] = basis, own_mem
+        _speed_values(row, values)
+        values.update(baselines.loc[index].to_dict())
+        # An accuracy-only case has no timed segments: nothing to take a speedup from.
+        stats = speedup_stats(row, ref, same=ref.name == index) if ok else None
+        if stats is not None:
+            values.update(
+                speedup=stats.value, speedup_ci_low=stats.ci_low, speedup_ci_high=stats.ci_high,
+                speedup_basis=stats.basis, speedup_pairs=stats.pairs,
+            )
+        if ok:
+            ref_mem, ref_basis = _memory(ref)
+            if basis == ref_basis and ref_mem and not np.isnan(ref_mem):
+                values["memory_reduction"] = 1.0 - own_mem / ref_mem
+            values["state_ratio"] = _ratio(row, ref, "state_bytes")
+            values["activation_ratio"] = _ratio(row, ref, "activation_bytes")
+            if present(row.get("flops_per_step")) and present(ref.get("flops_per_step")) and row["flops_per_step"] and ref["flops_per_step"]:
+                values["flop_limit"] = float(ref["flops_per_step"]) / float(row["flops_per_step"])
+                values["flop_fraction"] = values["speedup"] / values["flop_limit"]  # NaN without a speedup
+        if row["status"] == "ok":
+            values["implausible"] = "; ".join(plausibility(row, values))
+        for key in columns:
+            columns[key].append(values[key])
+    for key, values_list in columns.items():
+        dtype = object if key in TEXT_COLUMNS else bool if key == "contended" else float
+        out[key] = pd.Series(values_list, index=out.index, dtype=dtype)
+    # Named even where no case could be compared with it (the reference failed everywhere).
+    out.attrs["reference"] = reference
+    return out
+
+
+# -- the baselines beside the reference: dense, and small_dense's shapes -------------------------------
+
+
+def speedup_against(frame: pd.DataFrame, row: pd.Series, method: str) -> tuple[float, float, float]:
+    """`method`'s time / this row's at the row's density (a dense `method` at 1.0), with the same
+    95% interval as `speedup` (`speedup_stats`: paired rounds where they exist); NaNs where either
+    side has no timed ok case."""
+    other = reference_row(frame, method, float(row["density"]), row.get("run"))
+    if row["status"] != "ok" or other is None:
+        return (np.nan, np.nan, np.nan)
+    stats = speedup_stats(row, other, same=other.name == row.name)
+    return (np.nan, np.nan, np.nan) if stats is None else (stats.value, stats.ci_low, stats.ci_high)
+
+
+def baseline_ratios(frame: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """Columns beside the reference's figures, one row per line of `frame`:
+
+    - `speedup_vs_dense` (and its CI): the speedup against dense at 1.0, whatever the reference.
+    - `shape_limit`, for compact methods: the speedup against the reference that small_dense (a
+      plain dense model of the same shapes, nothing else) reaches at the same density, i.e. what a
+      compact method at these shapes can at best reach; the FLOP limit is not it, since time does not
+      scale with FLOPs at small shapes. `shape_fraction` = time(small_dense) / time(method): the
+      share of it reached (1 = as fast as a plain model of its shapes).
+    """
+    rows = []
+    for _, row in frame.iterrows():
+        vs_dense = speedup_against(frame, row, "dense")
+        shape_limit = shape_fraction = np.nan
+        if row.get("kind") == "compact":
+            shape_fraction = speedup_against(frame, row, SHAPE_BASELINE)[0]
+            small = reference_row(frame, SHAPE_BASELINE, float(row["density"]), row.get("run"))
+            if small is not None and reference:
+                shape_limit = speedup_against(frame, small, reference)[0]
+        rows.append(dict(zip(BASELINE_COLUMNS, (*vs_dense, shape_limit, shape_fraction))))
+    return pd.DataFrame(rows, index=frame.index, columns=list(BASELINE_COLUMNS), dtype=float)
+
+
+# Baselines: the tables show them, the headline does not name them as the best case (small_dense
+# would otherwise win every memory headline from the compact method of its shapes by a few bytes).
+BASELINE_METHODS = ("dense", "static", SHAPE_BASELINE)
+
+
+def methods_under_test(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` less the baselines (by registered name), unless nothing else is left."""
+    names = rows["method_name"] if "method_name" in rows else rows["method"]
+    baseline = names.isin(BASELINE_METHODS)
+    if "kind" in rows:
+        baseline |= rows["kind"] == "dense"
+    tested = rows[~baseline]
+    return tested if not tested.empty else rows
+
+
+HARNESS_OPTIONS = ("fuse_norms", "precision")  # set by the suite for every method alike; they move ratios
+
+
+def harness_options(derived: pd.DataFrame) -> list[str]:
+    """The harness settings the cases ran with that move the memory (and speed) ratios, e.g.
+    ['fuse_norms on', 'precision fp32']; a setting that differs between cases lists each value.
+    Settings a result line does not record are left out."""
+    out = []
+    for key in HARNESS_OPTIONS:
+        if key not in derived:
+            continue
+        seen = [v for v in dict.fromkeys(derived[key]) if present(v)]
+        words = [("on" if v else "off") if isinstance(v, (bool, np.bool_)) else str(v) for v in seen]
+        if words:
+            out.append(f"{key} {' / '.join(words)}")
+    return out
+
+
+def run_warnings(derived: pd.DataFrame) -> list[str]:
+    """What a reader must know before trusting the figures: contended cases (the result lines'
+    `warnings`) and implausible figures, one line each, naming the case."""
+    lines = []
+    for _, row in derived.iterrows():
+        for warning in row.get("warnings") if isinstance(row.get("warnings"), list) else []:
+            lines.append(f"{row['case_id']}: {warning}")
+        if isinstance(row.get("implausible"), str) and row["implausible"]:
+            lines.append(f"{row['case_id']}: implausible, not headlined: {row['implausible']}")
+    return lines
+
+
+def data_loading(derived: pd.DataFrame) -> list[str]:
+    """Distinct ways the cases were fed their batches (the result lines' `data_loading`), e.g.
+    'synthetic, device-resident': a reader must know whether data loading was part of the timings."""
+    if "data_loading" not in derived:
+        return []
+    return list(dict.fromkeys(v for v in derived["data_loading"] if isinstance(v, str) and v))
+
+
+def headline(derived: pd.DataFrame) -> dict[str, Any]:
+    """Best speedup and best memory reduction (each with its case) and the case counts.
+
+    The reference method itself is left out: its figures are 1 and 0 by construction.
+    """
+    reference = derived.attrs.get("reference") or next((r for r in derived["reference"] if isinstance(r, str)), None)
+    others = derived[(derived["status"] == "ok") & (derived["method"] != reference)]
+    others = methods_under_test(others)
+    flagged = derived["implausible"].astype(bool) if "implausible" in derived else pd.Series(False, index=derived.index)
+    out: dict[str, Any] = {
+        "cases": int(len(derived)),
+        "failed": int((derived["status"] != "ok").sum()),
+        "reference": reference,
+        "speedup": None,
+        "memory": None,
+        # Implausible figures are flagged, not headlined; contended cases are named.
+        "implausible": [str(c) for c in derived.loc[flagged, "case_id"]] if "case_id" in derived else [],
+        "contended": [str(c) for c in derived.loc[derived["contended"].astype(bool), "case_id"]] if "contended" in derived and "case_id" in derived else [],
+    }
+    speed = others[others["speedup"].notna() & ~flagged.loc[others.index]]
+    if not speed.empty:
+        best = speed.loc[speed["speedup"].idxmax()]
+        out["speedup"] = {
+            "method": best["method"], "density": float(best["density"]), "value": float(best["speedup"]),
+            "ci_low": float(best["speedup_ci_low"]), "ci_high": float(best["speedup_ci_high"]),
+            "vs_dense": _vs_dense(best, reference),
+            "ci": ci_text(best["speedup_ci_low"], best["speedup_ci_high"]),
+            "basis": best.get("speedup_basis") or "", "contended": bool(best.get("contended")),
+        }
+    memory = others[others["memory_reduction"].notna()]
+    if not memory.empty:
+        best = memory.loc[memory["memory_reduction"].idxmax()]
+        out["memory"] = {
+            "method": best["method"], "density": float(best["density"]),
+            "value": float(best["memory_reduction"]), "basis": best["memory_basis"],
+        }
+    out["harness"] = harness_options(derived)
+    return out
+
+
+def _vs_dense(row: pd.Series, reference: str | None) -> dict[str, Any] | None:
+    """The headline case's speedup against dense, shown beside the one against the reference."""
+    if reference == "dense" or not present(row.get("speedup_vs_dense")):
+        return None
+    out: dict[str, Any] = {
+        key: float(row[f"speedup_vs_dense{suffix}"]) for key, suffix in (("value", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))
+    }
+    out["ci"] = ci_text(out["ci_low"], out["ci_high"])
+    return out

@@ -1,0 +1,307 @@
+"""Suite expectations (`expect:`), checked at the end of `dstbench run` and by `dstbench check`.
+
+    expect:
+      - {metric: speedup, method: barter, vs: rigl, density: 0.1, min: 3.0}
+      - {metric: density_achieved, method: "*", tolerance: 0.01}
+
+`method` is a glob over method labels; `density` narrows to one density (default: all). Relative
+metrics compare each matching case with `vs` at the same density (a dense `vs` at 1.0). A failed
+expectation says which case and by how much. A speedup expectation may bound an end of its 95%
+interval instead of the estimate (`bound: ci_low` or `ci_high`): `min` with `ci_low` holds when the
+whole interval clears it, `max` with `ci_high` when the whole interval stays under it.
+
+Each outcome is PASS, FAIL or SKIPPED. With the run's coverage (`dstbench.results.coverage`) a case the run
+was not asked for (`--only`, `--density`) is SKIPPED, and so is a case whose `vs` was not asked for;
+a case that was asked for but has no result line (an interrupted run) FAILS. Reports read a run's
+expectations with `stored_expectations`, which needs neither torch nor the suite's data or plugins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dstbench.suite.cases import case_id
+from dstbench.suite.schema import Expectation, SuiteConfig
+from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
+from dstbench.util.text import present
+from dstbench.results.derive import derive, reference_row
+
+DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
+# Metrics measured against another method; `topology_share` is derived but is the case's own.
+RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
+DEFAULT_DENSITY_TOLERANCE = 0.01
+# The derived column each `bound` of a speedup expectation reads.
+BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
+
+
+@dataclasses.dataclass
+class Outcome:
+    expectation: Expectation
+    case: str
+    value: float | None
+    passed: bool  # the gate holds: true for a PASS, and for a SKIPPED (nothing to gate)
+    message: str
+    skipped: bool = False  # the case (or the one it compares with) was not selected for the run
+
+    @property
+    def verdict(self) -> str:
+        return "SKIPPED" if self.skipped else "PASS" if self.passed else "FAIL"
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed
+
+
+def _skipped(exp: Expectation, case: str, message: str) -> Outcome:
+    return Outcome(exp, case, None, True, message, skipped=True)
+
+
+def bounds_text(exp: Expectation) -> str:
+    """The expectation's bound as a reader wants it: '>= 3', '<= 0.1', '|error| <= 0.01'."""
+    parts = [f">= {exp.min:g}" if exp.min is not None else "", f"<= {exp.max:g}" if exp.max is not None else ""]
+    if exp.metric == "density_achieved":
+        tolerance = exp.tolerance if exp.tolerance is not None else DEFAULT_DENSITY_TOLERANCE
+        parts.insert(0, f"|achieved - target| <= {tolerance:g}")
+    return " and ".join(p for p in parts if p)
+
+
+def comparison_method(exp: Expectation, suite_reference: str) -> str:
+    """The method a relative metric is measured against: `vs`, else dense for top1_drop (the
+    accuracy cost of sparsity), else the suite's reference."""
+    if exp.vs:
+        return exp.vs
+    return "dense" if exp.metric == "top1_drop" else suite_reference
+
+
+def _bounds_message(exp: Expectation, value: float) -> tuple[bool, str]:
+    if exp.min is not None and value < exp.min:
+        return False, f"{value:.4g} < min {exp.min:g} (short by {exp.min - value:.4g})"
+    if exp.max is not None and value > exp.max:
+        return False, f"{value:.4g} > max {exp.max:g} (over by {value - exp.max:.4g})"
+    limits = [f">= {exp.min:g}" if exp.min is not None else "", f"<= {exp.max:g}" if exp.max is not None else ""]
+    return True, f"{value:.4g} {' and '.join(x for x in limits if x)}".strip()
+
+
+def _value(
+    exp: Expectation, vs: str, row: pd.Series, derived: pd.DataFrame, frame: pd.DataFrame
+) -> tuple[float | None, str]:
+    if exp.metric in DERIVED:
+        value = derived.loc[row.name, BOUND_COLUMNS[exp.bound] if exp.metric == "speedup" else exp.metric]
+        if present(value):
+            return float(value), ""
+        if exp.metric == "topology_share":
+            return None, "no segment samples"
+        ref = reference_row(frame, vs, float(row["density"]), row.get("run"))
+        if ref is None:
+            return None, f"no ok {vs} case at density {row['density']:g} to compare with"
+        if exp.metric == "memory_reduction":
+            basis = derived.loc[row.name, "memory_basis"]
+            return None, f"memory measured differently ({basis} here) or not at all in the {vs} case"
+        speedup = derived.loc[row.name, "speedup"] if exp.metric == "speedup" else None
+        if exp.bound != "value" and present(speedup):
+            return None, f"speedup {float(speedup):.3g} has no 95% interval (fewer than 6 paired rounds, or a single segment)"
+        return None, f"{exp.metric} not measured"
+    if exp.metric == "top1":
+        return (None, "no top1 in result") if not present(row.get("top1")) else (float(row["top1"]), "")
+    if exp.metric == "top1_drop":
+        ref = reference_row(frame, vs, float(row["density"]), row.get("run"))
+        if ref is None or not present(row.get("top1")) or not present(ref.get("top1")):
+            return None, f"top1 missing for the method or for {vs}"
+        return float(ref["top1"]) - float(row["top1"]), ""
+    raise AssertionError(exp.metric)
+
+
+def _reference_attempted(frame: pd.DataFrame, vs: str, density: float) -> bool:
+    """Whether `vs` was run (with any status) where a case at `density` would be compared."""
+    rows = frame[frame["method"] == vs]
+    if rows.empty:
+        return False
+    if (rows["kind"] == "dense").all():
+        return True
+    return bool(np.isclose(rows["density"].astype(float), density).any())
+
+
+def _planned_partner(coverage: Coverage, vs: str, density: float) -> PlannedCase | None:
+    """The planned case of `vs` that a case at `density` compares with (a dense one at 1.0)."""
+    for case in coverage.planned:
+        if case.method == vs and (case.kind == "dense" or np.isclose(case.density, density)):
+            return case
+    return None
+
+
+def _matches(exp: Expectation, method: str, density: float) -> bool:
+    if not fnmatch.fnmatchcase(str(method), exp.method):
+        return False
+    return exp.density is None or bool(np.isclose(float(density), exp.density))
+
+
+def _matching_rows(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Coverage | None = None) -> pd.DataFrame:
+    if len(frame) == 0:
+        return frame
+    rows = frame[[_matches(exp, m, d) for m, d in zip(frame["method"], frame["density"])]]
+    if exp.metric in RELATIVE and len(rows):
+        rows = rows[rows["method"] != vs]  # a method is not gated against itself
+        if exp.is_glob:
+            # A pattern covers the cases that have a comparison partner: `"*"` vs rigl leaves out
+            # dense@1, where rigl never runs. A case named outright still fails without one.
+            if coverage is not None:
+                keep = [_planned_partner(coverage, vs, float(d)) is not None or _reference_attempted(frame, vs, float(d))
+                        for d in rows["density"]]
+            else:
+                keep = [_reference_attempted(frame, vs, float(d)) for d in rows["density"]]
+            rows = rows[keep]
+    return rows
+
+
+def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Coverage | None) -> list[PlannedCase]:
+    """Planned cases the expectation covers that have no result line."""
+    if coverage is None:
+        return []
+    present_ids = {case_id(m, d) for m, d in zip(frame["method"], frame["density"])} if len(frame) else set()
+    absent = []
+    for case in coverage.planned:
+        if case.case_id in present_ids or not _matches(exp, case.method, case.density):
+            continue
+        if exp.metric in RELATIVE:
+            if case.method == vs:
+                continue
+            if exp.is_glob and _planned_partner(coverage, vs, case.density) is None:
+                continue
+        absent.append(case)
+    return absent
+
+
+def _absent_outcome(exp: Expectation, case: PlannedCase, coverage: Coverage) -> Outcome:
+    if case.case_id in coverage.unselected:
+        return _skipped(exp, case.case_id, "not selected for this run (--only / --density)")
+    if not coverage.recorded:
+        return _skipped(exp, case.case_id, "no result line, and this run folder's run.json does not record whether it was selected")
+    return Outcome(exp, case.case_id, None, False, f"not run: the run has no result for {case.case_id} ({coverage.summary()})")
+
+
+def _partner_skipped(exp: Expectation, vs: str, density: float, coverage: Coverage | None) -> str | None:
+    """Why a relative metric cannot be taken because its `vs` case was left out of the run."""
+    if coverage is None or exp.metric not in RELATIVE:
+        return None
+    partner = _planned_partner(coverage, vs, density)
+    if partner is not None and partner.case_id in coverage.unselected:
+        return f"{partner.case_id}, which it compares with, was not selected for this run"
+    return None
+
+
+def _density_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
+    achieved = row.get("density_achieved")
+    if not present(achieved):
+        return Outcome(exp, case, None, False, "density_achieved not recorded")
+    achieved = float(achieved)
+    tolerance = exp.tolerance if exp.tolerance is not None else DEFAULT_DENSITY_TOLERANCE
+    error = abs(achieved - float(row["density"]))
+    passed = error <= tolerance + 1e-12
+    message = f"achieved {achieved:.4f}, target {row['density']:g}, |error| {error:.4f} {'<=' if passed else '>'} {tolerance:g}"
+    if passed and (exp.min is not None or exp.max is not None):
+        passed, bounds = _bounds_message(exp, achieved)
+        message += f"; {bounds}"
+    return Outcome(exp, case, achieved, passed, message)
+
+
+def check_expectations(suite: SuiteConfig, frame: pd.DataFrame, coverage: Coverage | None = None) -> list[Outcome]:
+    """One outcome per (expectation, matching case); an expectation that matches nothing fails.
+    `coverage` (the run's cases) turns cases left out of the run into SKIPPED outcomes."""
+    return evaluate(list(suite.expect), suite.reference, frame, coverage)
+
+
+def evaluate(
+    expect: list[Expectation], reference: str, frame: pd.DataFrame, coverage: Coverage | None = None
+) -> list[Outcome]:
+    """`check_expectations` from the expectations and the reference alone."""
+    outcomes: list[Outcome] = []
+    for exp in expect:
+        # Validation made sure every metric but density_achieved has a bound (config.py).
+        vs = comparison_method(exp, reference)
+        rows = _matching_rows(exp, vs, frame, coverage)
+        absent = _absent_cases(exp, vs, frame, coverage)
+        if len(rows) == 0 and not absent:
+            where = f" at density {exp.density:g}" if exp.density is not None else ""
+            outcomes.append(Outcome(exp, exp.method, None, False, f"no case matches {exp.method!r}{where}"))
+            continue
+        derived = derive(frame, vs) if exp.metric in DERIVED and len(rows) else frame
+        for _, row in rows.iterrows():
+            case = case_id(row["method"], row["density"])
+            if row["status"] != "ok":
+                outcomes.append(Outcome(exp, case, None, False, f"case status is {row['status']}"))
+                continue
+            if exp.metric == "density_achieved":
+                outcomes.append(_density_outcome(exp, case, row))
+                continue
+            value, why = _value(exp, vs, row, derived, frame)
+            if value is None or math.isnan(value):
+                reason = _partner_skipped(exp, vs, float(row["density"]), coverage)
+                outcomes.append(_skipped(exp, case, reason) if reason else Outcome(exp, case, None, False, why))
+                continue
+            passed, message = _bounds_message(exp, value)
+            outcomes.append(Outcome(exp, case, value, passed, message))
+        outcomes += [_absent_outcome(exp, case, coverage) for case in absent if coverage is not None]
+    return outcomes
+
+
+def describe(outcome: Outcome, reference: str) -> str:
+    """`PASS|FAIL|SKIPPED  metric case [vs method]: value and bounds (and by how much it missed)`."""
+    exp = outcome.expectation
+    vs = f" vs {comparison_method(exp, reference)}" if exp.metric in RELATIVE else ""
+    bound = f" ({exp.bound.replace('_', ' ')} of its 95% CI)" if exp.bound != "value" else ""
+    return f"{outcome.verdict}  {exp.metric}{bound} {outcome.case}{vs}: {outcome.message}"
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    """'1 of 3 expectations failed' / 'all 3 expectations passed', with the skipped ones counted."""
+    failed = sum(o.failed for o in outcomes)
+    skipped = sum(o.skipped for o in outcomes)
+    judged = len(outcomes) - skipped
+    text = f"{failed} of {judged} expectations failed" if failed else f"all {judged} expectations passed"
+    return text + (f" ({skipped} skipped)" if skipped else "")
+
+
+def check_run(run_dir: str | Path) -> tuple[SuiteConfig, list[Outcome]]:
+    """Expectations of the suite stored in `run_dir`, against its results and its coverage."""
+    from dstbench.results.derive import load_frame
+    from dstbench.util.files import SUITE_FILE
+    from dstbench.suite.loading import load_suite
+
+    suite = load_suite(Path(run_dir) / SUITE_FILE)
+    return suite, check_expectations(suite, load_frame([run_dir]), run_coverage(run_dir))
+
+
+def stored_expectations(run_dir: str | Path) -> tuple[list[Expectation], str] | None:
+    """The `expect:` list and `reference` of a run folder's stored suite, read without validating
+    the rest of it (no torch, no data, no plugins: a report on another machine can still show
+    them); None when the stored suite is missing or unreadable."""
+    import yaml
+    from pydantic import ValidationError
+
+    from dstbench.util.files import SUITE_FILE
+
+    try:
+        data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
+        expect = [Expectation.model_validate(item) for item in (data.get("expect") or [])]
+        return expect, str(data.get("reference") or "")
+    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValidationError):
+        return None
+
+
+def run_outcomes(run_dir: str | Path, frame: pd.DataFrame | None = None) -> tuple[str, list[Outcome]] | None:
+    """The reference and the outcomes of a run folder's expectations, for reports (see
+    `stored_expectations`); None without a readable stored suite."""
+    from dstbench.results.derive import load_frame
+
+    stored = stored_expectations(run_dir)
+    if stored is None:
+        return None
+    expect, reference = stored
+    frame = load_frame([run_dir]) if frame is None else frame
+    return reference, evaluate(expect, reference, frame, run_coverage(run_dir))

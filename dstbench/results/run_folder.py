@@ -1,0 +1,123 @@
+"""The run folder: what `dstbench run` writes and every other command reads (file names in
+`dstbench.util.files`): its metadata, the stored suite's reference, the lock of its one writer.
+
+Nothing here imports torch, so commands that only read results (report, compare, export) stay light.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Iterable, TextIO
+
+import yaml
+
+from dstbench.util.files import LOCK_FILE, RESULTS_FILE, RUN_FILE, SUITE_FILE
+
+
+class RunDirError(Exception):
+    """A folder that is not a usable run folder (exit code 2)."""
+
+
+def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, Any]:
+    """`run.json` of a run folder. Missing or unreadable: `{}`, or `RunDirError` when `required`."""
+    path = Path(run_dir) / RUN_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if required:
+            raise RunDirError(f"{run_dir}: missing {RUN_FILE}") from None
+        return {}
+    except (OSError, json.JSONDecodeError) as exc:
+        if required:
+            raise RunDirError(f"{path}: unreadable ({exc})") from None
+        return {}
+    if not isinstance(meta, dict):
+        if required:
+            raise RunDirError(f"{path}: not a JSON object")
+        return {}
+    return meta
+
+
+def require_results(run_dirs: Iterable[str | Path]) -> list[Path]:
+    """The folders as paths; `RunDirError` naming every one without a `results.jsonl`."""
+    paths = [Path(d) for d in run_dirs]
+    missing = [str(p) for p in paths if not (p / RESULTS_FILE).is_file()]
+    if missing:
+        raise RunDirError(f"no {RESULTS_FILE} in: {', '.join(missing)}")
+    return paths
+
+
+def run_reference(run_dir: str | Path) -> str | None:
+    """The `reference:` of the suite a run was made from. The stored suite was validated with every
+    default filled in, so its `reference` key is the one the run used; reading it needs neither
+    validation nor torch."""
+    try:
+        data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    reference = data.get("reference") if isinstance(data, dict) else None
+    return str(reference) if reference else None
+
+
+class RunLock:
+    """The one writer of a run folder: an exclusive `flock` on `RUN_DIR/.lock`, which also records
+    who holds it (pid, host, start). The kernel drops the lock when its holder dies however it
+    dies, so a lock file left by a dead process is simply taken over. `RunDirError` (exit 2) names
+    the holder when another process has it."""
+
+    def __init__(self, run_dir: str | Path | None = None) -> None:
+        self.path = Path(run_dir) / LOCK_FILE if run_dir is not None else None
+        self._handle: TextIO | None = None
+
+    def acquire(self, run_dir: str | Path | None = None) -> "RunLock":
+        """Take the lock of `run_dir` (default: the folder given at construction)."""
+        import fcntl
+
+        if run_dir is not None:
+            self.path = Path(run_dir) / LOCK_FILE
+        if self.path is None:
+            raise ValueError("RunLock.acquire: no run folder given")
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read(500).strip() or "unknown"
+            handle.close()
+            raise RunDirError(
+                f"{self.path.parent} is being written by another dstbench run ({_describe_holder(holder)}); "
+                "wait for it to finish or stop it, then resume"
+            ) from None
+        except OSError:
+            handle.close()
+            raise
+        handle.seek(0)
+        handle.truncate()
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing drops the flock; the file stays, free for the next run
+            self._handle = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _describe_holder(text: str) -> str:
+    try:
+        holder = json.loads(text)
+        return f"pid {holder['pid']} on {holder['host']}, since {holder['started']}"
+    except (ValueError, KeyError, TypeError):
+        return text[:200]

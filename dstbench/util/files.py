@@ -1,0 +1,73 @@
+"""Files as dstbench writes them: the run folder's file names, names made safe for a file system,
+atomic writes, unique folders, and the check an output path gets before a run.
+
+The run folder's files (read and written in `dstbench.results.run_folder`):
+
+    RUN_DIR/suite.yaml      the suite as validated, every default filled in
+    RUN_DIR/run.json        when, where and from which commit the run started
+    RUN_DIR/results.jsonl   one line per finished case
+    RUN_DIR/.lock           held (flock) by the one `dstbench run` writing the folder
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+SUITE_FILE = "suite.yaml"
+RUN_FILE = "run.json"
+RESULTS_FILE = "results.jsonl"
+LOCK_FILE = ".lock"
+RUN_FILES = (RESULTS_FILE, SUITE_FILE, RUN_FILE)
+
+
+def slug(text: str, default: str = "run") -> str:
+    """`text` as a file or folder name: runs of other characters become "-", no leading or trailing
+    "-" or "." (so never "." or ".."). Case ids keep their "@" (`rigl@0.1`)."""
+    return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-.") or default
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write `text` to `path` through a temporary file beside it and a rename: readers see the old
+    file or the whole new one, and a failed write (disk full) leaves no empty or partial file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with open(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a published page from a web server
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def make_unique_dir(parent: Path, base: str) -> Path:
+    """Create and return `parent/base`, or `parent/base-2`, `-3`, ... when taken. Creation itself
+    claims the name (mkdir fails on an existing folder), so concurrent runs never share one."""
+    parent.mkdir(parents=True, exist_ok=True)
+    suffix = 1
+    while True:
+        path = parent / (base if suffix == 1 else f"{base}-{suffix}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            suffix += 1
+
+
+def output_file_problem(path: str | Path, option: str) -> str | None:
+    """Why `path` cannot be written as an output file (it is a folder, or a file stands where a
+    folder of it would be created), checked before a run so that its report is not lost after it."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{option}: {path} is a folder; name a file"
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{option}: {parent} is a file, not a folder"
+    return None
