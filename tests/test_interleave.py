@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from dstbench.suite.cases import Case, expand_cases
-from dstbench.suite.groups import base_key, group_done, merge_shared, plan_groups, shared_cases, split, strip_group
+from dstbench.results.merge import merge_shared, strip_group
+from dstbench.suite.groups import base_key, group_done, plan_groups, shared_cases, split
 from dstbench.results.record import CaseResult, iter_results
 from dstbench.execution.orchestrator import run_suite
 from dstbench.execution.rounds import fits

@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("profile", "profile the cases of a suite: where each method's time and memory go")
     p.add_argument("suite", metavar="SUITE", help="suite YAML file (profiling is switched on)")
     _selection(p)
-    p.set_defaults(func=_lazy("dstbench.measure.profiling"))
+    p.set_defaults(func=_lazy("dstbench.cli.profile"))
     return parser
 
 

@@ -33,7 +33,8 @@ from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
-from dstbench.suite.groups import Group, base_key, group_done, merge_shared, plan_groups, shared_cases, strip_group
+from dstbench.results.merge import merge_shared, strip_group
+from dstbench.suite.groups import Group, base_key, group_done, plan_groups, shared_cases
 from dstbench.execution.launchers import make_launcher
 from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress

@@ -11,7 +11,8 @@ import yaml
 from dstbench.suite.cases import expand_cases
 from dstbench.cli import main
 from dstbench.suite.schema import LauncherConfig
-from dstbench.execution.launchers.torchrun.launcher import GATHERED, TorchrunLauncher, first_failure, merge_ranks, rank_file, write_json_atomic
+from dstbench.execution.launchers.torchrun.launcher import GATHERED, TorchrunLauncher, first_failure, rank_file, write_json_atomic
+from dstbench.results.merge import merge_ranks
 from dstbench.results.record import CaseResult, iter_results
 from dstbench.execution.case_session import CaseTask
 from dstbench.suite.loading import parse_suite

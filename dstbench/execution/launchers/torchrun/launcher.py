@@ -35,15 +35,9 @@ from dstbench.execution.launchers.progress_file import ProgressFile
 from dstbench.results.record import CaseResult
 from dstbench.util.files import slug
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
-from dstbench.measure.trackers import summarize_ms
+from dstbench.results.merge import merge_ranks
 
 GATHERED = "gathered.json"
-# What each rank's entry of `CaseResult.ranks` holds (the merged line keeps rank 0's identity).
-RANK_FIELDS = ("device", "segment_ms", "median_ms", "images_per_s", "peak_memory_bytes", "reserved_memory_bytes",
-               "rss_peak_bytes", "state_bytes", "activation_bytes", "density_achieved", "loss", "topology_ms",
-               "train_time_s", "top1")
-# Memory figures of the case: the largest rank's (the GPU that must fit the job).
-MAX_FIELDS = ("peak_memory_bytes", "reserved_memory_bytes", "rss_peak_bytes", "topology_ms", "train_time_s", "duration_s")
 
 
 def rank_file(workdir: Path, rank: int) -> Path:
@@ -54,55 +48,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(path)
-
-
-def _energy(results: list[CaseResult]) -> dict[str, Any] | None:
-    """The job's energy: every rank's GPU summed, when every rank measured its own."""
-    energies = [r.energy for r in results]
-    if not all(e and e.get("measured") for e in energies):
-        return results[0].energy
-    joules = sum(e["joules"] for e in energies)  # type: ignore[index]
-    seconds = max(e["seconds"] for e in energies)  # type: ignore[index]
-    steps = energies[0]["steps"]  # type: ignore[index]
-    images = sum(e["images"] for e in energies)  # type: ignore[index]
-    return {
-        **energies[0],  # type: ignore[dict-item]
-        "nvml_index": [e["nvml_index"] for e in energies],  # type: ignore[index]
-        "joules": joules, "seconds": seconds, "images": images, "joules_per_step": joules / steps,
-        "images_per_joule": images / joules, "mean_power_w": joules / seconds,
-    }
-
-
-def merge_ranks(results: list[CaseResult], world_size: int | None = None) -> CaseResult:
-    """One case result from every rank's: slowest rank per segment, largest memory, per-rank detail.
-
-    The line keeps rank 0's identity, profile and accuracy curve (the ranks hold the same model);
-    `segment_ms[i]` is the slowest rank's i-th segment, `images_per_s` the whole job's throughput
-    (every rank trains its own batch), `loss` the mean over ranks (the global batch's, since the
-    ranks' batches are the same size), energy the sum over ranks' GPUs; `ranks` lists each rank's
-    own figures.
-    """
-    results = sorted(results, key=lambda r: r.env.get("rank", 0))
-    merged = dataclasses.replace(results[0], env=dict(results[0].env))
-    merged.world_size = world_size or len(results)
-    merged.ranks = [
-        {"rank": r.env.get("rank", i), "local_rank": r.env.get("local_rank"), "host": r.env.get("host"),
-         **{k: getattr(r, k) for k in RANK_FIELDS}}
-        for i, r in enumerate(results)
-    ]
-    if merged.segment_ms and all(len(r.segment_ms) == len(merged.segment_ms) for r in results):
-        merged.segment_ms = [max(samples) for samples in zip(*(r.segment_ms for r in results))]
-        merged.median_ms, merged.iqr_ms = summarize_ms(merged.segment_ms)
-        images = merged.world_size * merged.batch_size * merged.segment_steps  # type: ignore[operator]
-        merged.images_per_s = images / (merged.median_ms / 1e3)
-    for key in MAX_FIELDS:
-        values = [getattr(r, key) for r in results if getattr(r, key) is not None]
-        setattr(merged, key, max(values) if values else None)
-    losses = [r.loss for r in results if r.loss is not None]
-    merged.loss = sum(losses) / len(losses) if losses else None
-    merged.energy = _energy(results)
-    merged.env.pop("finished_at", None)
-    return merged
 
 
 def first_failure(results: list[CaseResult], world_size: int) -> CaseResult:
