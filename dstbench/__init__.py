@@ -15,14 +15,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from dstbench.util.version import __version__
 
 _API = {
-    "Method": "dstbench.dst.method",
-    "SegmentStats": "dstbench.dst.method",
-    "create_method": "dstbench.dst.registry",
-    "list_methods": "dstbench.dst.registry",
-    "method_info": "dstbench.dst.registry",
+    "Method": "dstbench.dst.method_base",
+    "SegmentStats": "dstbench.dst.method_base",
+    "create_method": "dstbench.methods",
+    "list_methods": "dstbench.methods",
+    "method_info": "dstbench.methods",
     "register_method": "dstbench.dst.registry",
 }
 

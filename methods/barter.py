@@ -71,7 +71,7 @@ from dstbench.dst.compact.unit_exchange import assign_slots, exchange_counts, ma
 from dstbench.dst.compact.compact_vit import (
     compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology, unit_activation_bias,
 )
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.dst.optimizer import build_optimizer
 from dstbench.dst.registry import register_method
 from dstbench.dst.update_schedule import UpdateSchedule, round_half_up

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.dst.registry import register_method
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from dstbench.dst.compact.compact_vit import compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.dst.optimizer import build_optimizer
 from dstbench.dst.registry import register_method
 

@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's dstbench, not an installed one
 
-from dstbench.suite.cases import expand_cases  # noqa: E402
+from dstbench.suite.plan import expand_cases  # noqa: E402
 from dstbench.execution.case_session import CaseTask, run_case  # noqa: E402
 from dstbench.suite.loading import parse_suite  # noqa: E402
 

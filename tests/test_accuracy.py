@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from dstbench.dst import registry
+import dstbench.methods as catalog
 from dstbench.execution.accuracy_track import WarmupCosine, evaluate, measure_accuracy
 from dstbench.suite.cases import Case
 from dstbench.dst.checkpoint import case_checkpoint_path
@@ -37,7 +37,7 @@ def digits_suite(**overrides: Any) -> dict[str, Any]:
 
 
 def case_of(name: str, density: float = 0.5, **params: Any) -> Case:
-    kind = registry.method_info(name).kind
+    kind = catalog.method_info(name).kind
     return Case(name, name, kind, 1.0 if kind == "dense" else density, params)
 
 
@@ -110,7 +110,7 @@ class Interrupted(Exception):
 
 @pytest.mark.parametrize("name", ["rigl", "barter"])
 def test_resumed_case_ends_like_an_uninterrupted_one(tmp_path: Path, name: str) -> None:
-    if name not in registry.list_methods():
+    if name not in catalog.list_methods():
         pytest.fail(f"method {name} is not registered")
     suite = parse_suite(digits_suite(accuracy={"keep_checkpoint": True}))
     case = case_of(name, delta_t=4, drop_fraction=0.5)  # updates at steps 4, 8, ..., 24 of 33

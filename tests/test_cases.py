@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from dstbench.suite.cases import Case, expand_cases
+from dstbench.suite.cases import Case
+
+from dstbench.suite.plan import expand_cases
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN

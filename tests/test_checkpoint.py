@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dstbench.dst import checkpoint as ckpt
-from dstbench.dst import registry
+import dstbench.methods as catalog
 from tests.conftest import ADAMW, micro_batches, micro_vit
 
 
@@ -83,8 +83,8 @@ def test_rng_state_survives_a_weights_only_round_trip(tmp_path: Path) -> None:
 
 
 def _method(name: str, seed: int = 0, **params: Any):  # type: ignore[no-untyped-def]
-    kind = registry.method_info(name).kind
-    return registry.create_method(
+    kind = catalog.method_info(name).kind
+    return catalog.create_method(
         name, micro_vit(seed=seed), density=1.0 if kind == "dense" else 0.5, total_steps=40, optimizer=ADAMW, seed=seed, **params
     )
 
@@ -108,7 +108,7 @@ ROUND_TRIP = [("dense", {}), ("rigl", {"delta_t": 4}), ("barter", {"delta_t": 4,
 
 @pytest.mark.parametrize("name, params", ROUND_TRIP, ids=[n for n, _ in ROUND_TRIP])
 def test_method_checkpoint_round_trip_continues_identically(tmp_path: Path, name: str, params: dict) -> None:
-    if name not in registry.list_methods():
+    if name not in catalog.list_methods():
         pytest.fail(f"method {name} is not registered")
     original = _method(name, **params)
     initial = _topology(original)

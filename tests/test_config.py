@@ -183,7 +183,7 @@ def test_shipped_speed_suites_run_every_method_and_time_an_update(name: str) -> 
     timed segments (so the segments pay for it, as training would)."""
     from pathlib import Path
 
-    from dstbench.dst.registry import list_methods, method_info
+    from dstbench.methods import list_methods, method_info
     from dstbench.dst.update_schedule import UpdateSchedule
 
     suite = load_suite(Path(__file__).resolve().parents[1] / "suites" / f"{name}.yaml")

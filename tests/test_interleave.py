@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.suite.cases import Case, expand_cases
+from dstbench.suite.cases import Case
+
+from dstbench.suite.plan import expand_cases
 from dstbench.results.merge import merge_shared, strip_group
 from dstbench.suite.groups import base_key, group_done, plan_groups, shared_cases, split
 from dstbench.results.record import CaseResult, iter_results

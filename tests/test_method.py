@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dstbench
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
 
 

@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console
 
 from dstbench.dst import phases
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.measure.profiling import analysis, plan_window
 from dstbench.dst.registry import register_method
 from dstbench.results.record import iter_results
@@ -71,7 +71,6 @@ def toy_registered() -> Iterator[None]:
     """Registered like any third-party method, and only while this module runs, so that tests
     which enumerate the registry elsewhere never meet it."""
     from dstbench.dst import registry
-
     register_method("profiling_toy", kind="masked")(ProfilingToy)
     yield
     registry._REGISTRY.pop("profiling_toy", None)
@@ -308,7 +307,7 @@ def test_operator_split_keeps_attention_apart_from_matmuls() -> None:
 
 
 def _case_and_suite(**overrides: Any) -> tuple[Any, Any]:
-    from dstbench.suite.cases import expand_cases
+    from dstbench.suite.plan import expand_cases
     from dstbench.suite.loading import parse_suite
 
     suite = parse_suite(micro_suite(methods=["dense", "profiling_toy"], profile={"steps": 2}, **overrides))
@@ -319,11 +318,11 @@ def _case_and_suite(**overrides: Any) -> tuple[Any, Any]:
 def test_without_a_speed_method_a_fresh_one_is_built_and_warmed_up(tmp_path: Path) -> None:
     """Accuracy-only runs hand the profiler no method: it builds one and profiles its first update."""
     from dstbench.measure.profiling import profile_case
-    from dstbench.execution.case_session import base_result
+    from dstbench.execution.case_setup import base_result, build_method
 
     suite, case = _case_and_suite(timing={"warmup_steps": 2, "segment_steps": 3, "segments": 1, "total_steps": 50})
     result = base_result(suite, case)
-    profile_case(suite, case, torch.device("cpu"), result, tmp_path, None, None, lambda *a: None)
+    profile_case(suite, case, torch.device("cpu"), result, tmp_path, None, None, lambda *a: None, build_method)
     assert "error" not in result.profile, result.profile.get("error")
     # warm-up ends at step 2; the window (2 steps) needs a counted step first: 8 is the first update in reach
     assert result.profile["update"] == {"step": 8, "how": "scheduled", "advanced_steps": 3, "updates_in_window": 1}

@@ -7,7 +7,8 @@ import pytest
 
 import dstbench
 from dstbench.dst import registry
-from dstbench.dst.method import Method
+import dstbench.methods as catalog
+from dstbench.dst.method_base import Method
 from tests.conftest import ADAMW, micro_vit
 
 
@@ -57,24 +58,24 @@ def test_entry_points_register_third_party_classes(monkeypatch: pytest.MonkeyPat
     broken = types.SimpleNamespace(name="broken", value="pkg:missing", load=lambda: (_ for _ in ()).throw(ImportError("gone")))
 
     def fake_entry_points(group: str):  # type: ignore[no-untyped-def]
-        assert group == registry.ENTRY_POINT_GROUP
+        assert group == catalog.ENTRY_POINT_GROUP
         return [entry_point, broken]
 
     monkeypatch.setattr(importlib.metadata, "entry_points", fake_entry_points)
     try:
         with pytest.warns(UserWarning, match="could not load method plugin"):
-            registry._import_entry_points()
-        info = registry.method_info("third_party")
+            catalog._import_entry_points()
+        info = catalog.method_info("third_party")
         assert info.cls is ThirdParty and info.kind == "compact" and info.description == "A method from another package."
     finally:
         registry._REGISTRY.pop("third_party", None)
 
 
 def test_descriptions_are_whole_first_paragraphs_and_parameters_carry_their_comments() -> None:
-    chase = registry.method_info("chase").description
+    chase = catalog.method_info("chase").description
     assert chase.endswith("by their unit mean magnitude.") and "\n" not in chase  # two lines in its docstring
-    params = {p.name: p for p in registry.method_params("rigl")}
+    params = {p.name: p for p in catalog.method_params("rigl")}
     assert params["delta_t"].default == 100 and params["delta_t"].type == "int"
     assert params["delta_t"].help == "steps between topology updates"
     assert params["drop_fraction"].help.startswith("fraction of active weights")  # from a base class
-    assert registry.method_params("dense") == []
+    assert catalog.method_params("dense") == []

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dstbench.suite.cases import expand_cases
+from dstbench.suite.plan import expand_cases
 from dstbench.execution.case_session import CaseTask, resolve_device, run_case
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite

@@ -10,13 +10,16 @@ from dstbench.suite.cases import Case
 from dstbench.suite.groups import base_key, plan_groups
 from dstbench.results.record import CaseResult
 from dstbench.execution.case_session import SegmentTag
-from dstbench.execution.rounds import OOM_ALONE, run_groups
+from dstbench.execution.launchers.base import Launcher
+from dstbench.execution.rounds import OOM_ALONE, run_alone, run_groups
 
 GIB = 2**30
 
 
-class FakeLauncher:
+class FakeLauncher(Launcher):
     """Cases on a pretend GPU of `free_gib` free memory, each taking `need_gib` once started."""
+
+    interleaves = True
 
     def __init__(self, free_gib: float, need_gib: float, oom_beside_others: str | None = None, oom_always: str | None = None) -> None:
         self.free, self.need, self.oom_case, self.oom_always = free_gib * GIB, need_gib * GIB, oom_beside_others, oom_always
@@ -25,6 +28,9 @@ class FakeLauncher:
 
     def open(self, task: CaseTask, progress: Any) -> "FakeCase":
         return FakeCase(self, task)
+
+    def run(self, task: CaseTask, progress: Any) -> CaseResult:
+        return run_alone(self, task, progress)
 
 
 class FakeCase:

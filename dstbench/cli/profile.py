@@ -7,12 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from tabulate import tabulate
 
+from dstbench.cli.common import Commands, add_command, add_selection_arguments, parse_assignments
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from dstbench.util.text import clip, human_bytes, last_line, percent
-from dstbench.measure.profiling.analysis import OTHER
 from dstbench.util.files import RESULTS_FILE
+from dstbench.util.text import clip, human_bytes, last_line, percent
+
+
+def add_parser(commands: Commands) -> None:
+    p = add_command(commands, "profile", "profile the cases of a suite: where each method's time and memory go")
+    p.add_argument("suite", metavar="SUITE", help="suite YAML file (profiling is switched on)")
+    add_selection_arguments(p)
+    p.set_defaults(func=main)
 
 
 def _pct(value: float | None) -> str:
@@ -21,6 +27,9 @@ def _pct(value: float | None) -> str:
 
 def phase_rows(profile: dict[str, Any]) -> list[list[str]]:
     """Rows (phase, ms, share[, GPU ms, GPU share]) in step order, sub-phases under their parent."""
+    # Here, not at the top: the profiling package imports torch, and every command builds the parser.
+    from dstbench.measure.profiling.analysis import OTHER
+
     device = profile.get("device") or None
     subs = profile.get("update_phases") or {}
     rows: list[list[str]] = []
@@ -50,6 +59,8 @@ def phase_rows(profile: dict[str, Any]) -> list[list[str]]:
 
 def format_profile(line: dict[str, Any], run_dir: Path) -> str:
     """The text block `dstbench profile` prints for one result line."""
+    from tabulate import tabulate
+
     case = line.get("case_id", "?")
     profile = line.get("profile")
     if line.get("status") != "ok":
@@ -117,12 +128,10 @@ def main(args: argparse.Namespace) -> int:
     from dstbench.results.record import iter_results
     from dstbench.execution.orchestrator import run_suite
 
-    from dstbench.cli import _assignments
-
     console = Console(stderr=True, soft_wrap=True)
     suite_path = Path(args.suite)
     try:
-        sets = _assignments(getattr(args, "set", None))
+        sets = parse_assignments(getattr(args, "set", None))
     except ValueError as exc:  # a malformed --set
         console.print(f"--set {exc}", style="red", highlight=False, markup=False)
         return EXIT_USAGE

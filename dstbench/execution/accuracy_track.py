@@ -37,7 +37,8 @@ from dstbench.suite.cases import Case
 from dstbench.suite.schema import SuiteConfig
 from dstbench.inputs.loaders import Batch, EpochLoader, build_datasets, describe_loader, eval_loader, to_device
 from dstbench.inputs.transforms import mixup_and_loss
-from dstbench.dst.method import PRECISIONS, Method, synchronize
+from dstbench.dst.method_base import PRECISIONS, Method
+from dstbench.util.device import synchronize
 from dstbench.results.record import CaseResult
 from dstbench.models.vit import create_vit, input_shape
 

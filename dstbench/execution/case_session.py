@@ -26,22 +26,26 @@ from dstbench.suite.cases import Case
 from dstbench.inputs.speed import speed_batches
 from dstbench.measure.environment import gpu_snapshot, plugin_versions, static_env
 from dstbench.suite.groups import new_group_id
-from dstbench.dst.method import Method, synchronize
+from dstbench.dst.method_base import Method
+from dstbench.util.device import synchronize
 from dstbench.results.record import CaseResult
 from dstbench.suite.loading import parse_suite
 from dstbench.measure.trackers import (
     ActivationCounter,
     AllocatorPeak,
+    EnergyMeter,
     FlopCounter,
+    NoiseRecord,
+    RankPlacement,
     RssPeak,
     SegmentTimer,
-    summarize_ms,
-    training_state_bytes,
+    SegmentTimes,
+    StateBytes,
+    Tracker,
+    TrainingStats,
 )
 from dstbench.util.threads import affinity_cores, resolve_threads, use_threads
-from dstbench.measure.trackers.energy import EnergyMeter
 from dstbench.measure.trackers.memory import current_rss_bytes
-from dstbench.measure.trackers.noise import NoiseRecord, contention_warning
 
 # Re-exported: what tests and scripts import from the runner.
 __all__ = [
@@ -73,7 +77,7 @@ class CaseSession:
     and returns the result. Raises on failure; `execute_case` and the launchers turn that into a
     status. Trackers that span the timed segments (allocator and RSS peaks) are entered in `open`
     and left in `finish`: they are per process, so cases interleaved in other processes do not
-    touch them."""
+    touch them. The line is assembled from the trackers: each writes the fields it declares."""
 
     def __init__(self, task: CaseTask, progress: Progress | None = None) -> None:
         self.task = task
@@ -86,8 +90,7 @@ class CaseSession:
         self.segments = self.suite.timing.segments if self.timed else 0
         self.method: Method | None = None
         self.batches: Any = None
-        self._stats: list[Any] = []
-        self._trackers = contextlib.ExitStack()
+        self._spanning = contextlib.ExitStack()  # the trackers entered in `open` and left in `finish`
         self._spanning_energy = False
 
     def open(self) -> dict[str, Any]:
@@ -105,14 +108,14 @@ class CaseSession:
         }
         if distributed.is_distributed():
             # A rank's own line; the launcher merges the ranks' lines into the case's.
-            result.world_size = distributed.world_size()
-            result.env.update(rank=distributed.rank(), local_rank=distributed.local_rank(), host=socket.gethostname())
+            placement = RankPlacement(distributed.world_size(), distributed.rank(), distributed.local_rank(), socket.gethostname())
+            placement.write(result)
         ready: dict[str, Any] = {"device_type": device.type, "segments": self.segments, "memory": None}
         if not self.timed:
             return ready
         timing = suite.timing
         self.method = method = build_method(suite, self.case, device, timing.schedule_steps)
-        self.batches, result.data_loading = speed_batches(suite, method.model, device)
+        self.batches, data_loading = speed_batches(suite, method.model, device)
         flops, activations = FlopCounter(), ActivationCounter(method.model)
         with flops, activations:
             method.train_segment(self.batches, 1)
@@ -120,78 +123,52 @@ class CaseSession:
             method.train_segment(self.batches, timing.warmup_steps - 1)
         self.progress("warmup", timing.warmup_steps, timing.warmup_steps)
         synchronize(device)
-        result.flops_per_step = flops.total
-        result.activation_bytes = activations.total
+        flops.write(result)
+        activations.write(result)
         if device.type == "cuda":
             free, total = torch.cuda.mem_get_info(device)
             footprint = int(torch.cuda.max_memory_reserved(device)) + CUDA_CONTEXT_ALLOWANCE_BYTES
             ready["memory"] = {"footprint_bytes": footprint, "free_bytes": int(free), "total_bytes": int(total)}
-        self._allocator = self._trackers.enter_context(AllocatorPeak(device))
-        self._rss = self._trackers.enter_context(RssPeak(self._rss_baseline))
+        self._allocator = self._spanning.enter_context(AllocatorPeak(device))
+        self._rss = self._spanning.enter_context(RssPeak(self._rss_baseline))
         self._energy = EnergyMeter(device)
         self._noise = NoiseRecord(device, self.threads)
+        self._times = SegmentTimes(timing.segment_steps, suite.batch_size)
+        self._training = TrainingStats(method, data_loading)
         return ready
 
     def segment(self, tag: SegmentTag | None = None) -> dict[str, Any]:
         """Time one segment; returns its milliseconds, start time and noise sample."""
         assert self.method is not None, "segment() before open() or in an accuracy-only case"
         tag = tag or SegmentTag()
-        index = len(self.result.segment_ms)
+        index = self._times.count
         if index == 0:
             # Alone on the device, one energy window spans every segment; interleaved, the group's
             # other cases run between this one's segments, so each segment is its own window.
             self._spanning_energy = len(set(tag.group_pids) - {os.getpid()}) == 0
             if self._spanning_energy:
-                self._trackers.enter_context(self._energy)  # left with the peaks, in `finish`
+                self._spanning.enter_context(self._energy)  # left with the peaks, in `finish`
         started = time.time()
         with self._noise.segment(tag.group_pids) as noise:
             with contextlib.nullcontext() if self._spanning_energy else self._energy:
                 with SegmentTimer(self.device) as timer:
-                    self._stats.append(self.method.train_segment(self.batches, self.suite.timing.segment_steps))
+                    stats = self.method.train_segment(self.batches, self.suite.timing.segment_steps)
         self._noise.add(noise)
-        result = self.result
-        result.segment_ms.append(timer.elapsed_ms)
-        result.segment_start_s.append(started)
-        result.segment_group.append(tag.group)
-        result.segment_round.append(tag.round)
+        self._training.add(stats)
+        self._times.add(timer.elapsed_ms, started, tag.group, tag.round)
         self.progress("segment", index + 1, self.segments)
         return {"ms": timer.elapsed_ms, "start_s": started, "noise": noise.sample}
 
     def _speed_figures(self) -> None:
-        suite, result, method, timing = self.suite, self.result, self.method, self.suite.timing
-        assert method is not None
-        self._trackers.close()  # allocator and RSS peaks (and a spanning energy window) over the segments
-        samples = result.segment_ms
-        timed_steps = len(samples) * timing.segment_steps
-        if samples:
-            result.median_ms, result.iqr_ms = summarize_ms(samples)
-            result.images_per_s = suite.batch_size * timing.segment_steps / (result.median_ms / 1e3)
-            result.energy = self._energy.result(timed_steps, suite.batch_size * timed_steps)
-        result.segment_steps = timing.segment_steps
-        result.peak_memory_bytes = self._allocator.peak_bytes
-        result.reserved_memory_bytes = self._allocator.reserved_bytes
-        result.rss_peak_bytes = self._rss.growth_bytes
-        state = training_state_bytes(method)
-        result.state_bytes = state["total"]
-        result.state_breakdown = state
-        detail: dict[str, float] = {}
-        for s in self._stats:
-            for key, ms in s.topology_detail_ms.items():
-                detail[key] = detail.get(key, 0.0) + ms
-        result.density_achieved = method.density()
-        result.topology_updates = sum(s.topology_updates for s in self._stats)
-        result.topology_ms = sum(s.topology_ms for s in self._stats)
-        result.topology_detail_ms = detail
-        result.loss = self._stats[-1].loss if self._stats else None
-        result.method_extras = {
-            **method.result_extras(),
-            "steps_total": method.step,
-            "topology_updates_total": method.topology_updates,
-        }
-        result.noise = self._noise.to_dict()
-        warning = contention_warning(result.noise)
-        if warning:
-            result.warnings.append(warning)
+        assert self.method is not None
+        self._spanning.close()  # allocator and RSS peaks (and a spanning energy window) over the segments
+        # In this order: energy divides by the timed steps; the training state is read before the
+        # method's density and extras; the contention warning comes last.
+        trackers: tuple[Tracker, ...] = (
+            self._times, self._energy, self._allocator, self._rss, StateBytes(self.method), self._training, self._noise,
+        )
+        for tracker in trackers:
+            tracker.write(self.result)
 
     def finish(self) -> CaseResult:
         """The remaining figures and the result (the process may exit after it)."""
@@ -208,14 +185,14 @@ class CaseSession:
             run_dir = Path(self.task.run_dir)
             if distributed.rank() > 0:  # every rank profiles (the steps synchronise); rank 0's is the case's
                 run_dir = run_dir / "ranks" / f"rank{distributed.rank()}"
-            profile_case(suite, self.case, device, result, run_dir, self.method, self.batches, self.progress)
+            profile_case(suite, self.case, device, result, run_dir, self.method, self.batches, self.progress, build_method)
         result.env["gpu_after"] = gpu_snapshot(device)
         result.duration_s = time.perf_counter() - self._started
         return result
 
     def close(self) -> None:
         """Leave the trackers (a case that failed half way)."""
-        self._trackers.close()
+        self._spanning.close()
 
 
 def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:

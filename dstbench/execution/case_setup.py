@@ -15,10 +15,10 @@ import torch
 
 from dstbench.util import distributed
 
-from dstbench.dst import registry
+import dstbench.methods as catalog
 from dstbench.suite.cases import Case
 from dstbench.suite.schema import SuiteConfig
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.results.record import CaseResult
 from dstbench.suite.loading import parse_suite
 from dstbench.models.vit import create_vit
@@ -76,7 +76,7 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
         from dstbench.dst.checkpoint import load_pretrained
 
         load_pretrained(model, suite.model.checkpoint)
-    method = registry.create_method(
+    method = catalog.create_method(
         case.method_name,
         model,
         density=case.density,

@@ -17,10 +17,8 @@ finished lines; the cases it was running get no line (so `--resume` runs them) a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -28,14 +26,15 @@ import yaml
 from rich.console import Console
 
 from dstbench.execution.case_setup import CaseTask
-from dstbench.suite.cases import Case, expand_cases
+from dstbench.suite.cases import Case
+from dstbench.suite.plan import RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, resume_conflicts, select_cases
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
 from dstbench.results.merge import merge_shared, strip_group
-from dstbench.suite.groups import Group, base_key, group_done, plan_groups, shared_cases
-from dstbench.execution.launchers import make_launcher
+from dstbench.suite.groups import Group, base_key, shared_cases
+from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress
 from dstbench.results.record import CaseResult, append_result, iter_results, replace_results
@@ -43,13 +42,6 @@ from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, slug, write_atomic
 from dstbench.execution.rounds import GroupRun, run_groups
 from dstbench.suite.loading import SuiteError, load_suite
-
-# Suite keys that may change between a run and its --resume: none of them changes how a finished
-# case was measured. Methods and densities may also be added (never removed or changed).
-RESUME_MAY_CHANGE = ("description", "expect", "reference")
-# Where and when a cluster job runs, not how its case is measured: a resumed run may move to
-# another partition or account, or get a longer time limit.
-RESUME_MAY_CHANGE_LAUNCHER = ("partition", "account", "qos", "constraint", "array_parallelism", "timeout_min", "sbatch", "setup")
 
 
 def new_run_dir(out: Path, suite: SuiteConfig) -> Path:
@@ -102,40 +94,6 @@ def record_interruption(run_dir: Path, unfinished: list[str], reason: BaseExcept
     entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by, "unfinished": unfinished}
     meta["interruptions"] = [*meta.get("interruptions", []), entry]
     write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
-
-
-_ABSENT = object()
-
-
-def _diff(old: Any, new: Any, key: str) -> list[str]:
-    """Dotted keys whose values differ between two suite dumps."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        keys = sorted(set(old) | set(new))
-        return [k for sub in keys for k in _diff(old.get(sub, _ABSENT), new.get(sub, _ABSENT), f"{key}.{sub}" if key else sub)]
-    return [] if old == new else [key]
-
-
-def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
-    """Why `current` may not add cases to a run made with `stored`: each entry names a setting whose
-    change would leave the run folder with cases measured under different settings. Empty when only
-    `RESUME_MAY_CHANGE` keys changed and methods or densities were only added."""
-    old, new = stored.model_dump(mode="json"), current.model_dump(mode="json")
-    fixed = set(old) | set(new)
-    fixed -= {*RESUME_MAY_CHANGE, "methods", "densities"}
-    conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
-    free = {f"launcher.{k}" for k in RESUME_MAY_CHANGE_LAUNCHER}
-    conflicts = [k for k in conflicts if not any(k == f or k.startswith(f + ".") for f in free)]
-    old_specs = {m.key: m.model_dump(mode="json") for m in stored.methods}
-    new_specs = {m.key: m.model_dump(mode="json") for m in current.methods}
-    for key, spec in old_specs.items():
-        if key not in new_specs:
-            conflicts.append(f"methods: {key} removed (select methods with --only instead)")
-        else:
-            conflicts += [f"methods[{key}].{k}" for k in _diff(spec, new_specs[key], "")]
-    for density in stored.densities:
-        if not any(math.isclose(density, d) for d in current.densities):
-            conflicts.append(f"densities: {density:g} removed (select densities with --density instead)")
-    return conflicts
 
 
 def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str) -> Path:
@@ -193,12 +151,6 @@ def resolve_run_dir(
 def _latest_lines(run_dir: Path) -> dict[str, dict[str, Any]]:
     """The last line of each case in the run folder (a later line for a case wins, as in reports)."""
     return {str(line.get("case_id")): line for line in iter_results(run_dir)}
-
-
-def timing_groups(suite: SuiteConfig, cases: list[Case], launcher: Any) -> list[Group]:
-    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode when the launcher can."""
-    interleave = suite.timing.interleave and suite.mode == "speed" and hasattr(launcher, "open")
-    return plan_groups(cases, suite.reference, interleave=interleave)
 
 
 def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[str]) -> list[CaseResult]:
@@ -266,42 +218,9 @@ def schedule_groups(
 ) -> Iterator[GroupRun]:
     """The groups as they end: a launcher that places cases itself (several at once, or as cluster
     jobs) has `run_groups`; the others are timed one group after another (`dstbench.execution.rounds`)."""
-    if hasattr(launcher, "run_groups"):
+    if launcher.places_groups:
         return launcher.run_groups(groups, tasks, progress_for, reference)
     return run_groups(launcher, groups, tasks, progress_for, reference)
-
-
-def _check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> None:
-    """`--only` and `--density` must name what the suite has (a typo would silently run nothing)."""
-    problems = []
-    known = [m.key for m in suite.methods]
-    unknown = sorted(set(only or ()) - set(known))
-    if unknown:
-        problems.append(("--only", f"not in the suite: {unknown} (suite has: {', '.join(sorted(known))})"))
-    strays = [d for d in densities or () if not any(math.isclose(d, s) for s in suite.densities)]
-    if strays:
-        allowed = ", ".join(f"{d:g}" for d in suite.densities)
-        problems.append(("--density", f"not in the suite: {', '.join(f'{d:g}' for d in strays)} (suite has: {allowed})"))
-    if problems:
-        raise SuiteError(str(suite_path), problems)
-
-
-@dataclasses.dataclass
-class RunPlan:
-    """What `dstbench run` would do: the suite as validated, every case of it, the selected ones,
-    the run folder to resume (None: a new one), the selected cases it still lacks, the launcher and
-    the groups the selected cases are timed in."""
-
-    suite: SuiteConfig
-    suite_path: Path
-    overrides: dict[str, Any]
-    all_cases: list[Case]
-    cases: list[Case]
-    run_dir: Path | None
-    todo: list[Case]
-    launcher: Any
-    groups: list[Group]
-    shared: set[str]  # the cases timed in several groups of the whole suite (dense)
 
 
 def plan_run(
@@ -321,10 +240,7 @@ def plan_run(
     if device:
         overrides["device"] = device
     suite = load_suite(suite_path, overrides)
-    _check_selection(suite, suite_path, only, densities)
-    cases = expand_cases(suite, only, densities)
-    if not cases:
-        raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
+    select_cases(suite, suite_path, only, densities)  # the selection's errors come first
     out = Path(out)
     blocking = next((p for p in (out, *out.parents) if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
@@ -332,30 +248,13 @@ def plan_run(
     run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
     launcher = make_launcher(suite.launcher)
     # What only this host can say (GPUs and cores for `parallel`, submitit and Slurm for jobs).
-    problems = launcher.preflight(suite) if hasattr(launcher, "preflight") else []
+    problems = launcher.preflight(suite)
     if problems:
         raise SuiteError(str(suite_path), problems)
-    groups = timing_groups(suite, cases, launcher)
-    all_cases = expand_cases(suite)
-    # Shared across the whole suite, not the selection: with one density selected dense sits in one
-    # group, yet its line holds the other densities' segments too (`--resume --density`).
-    shared = shared_cases(timing_groups(suite, all_cases, launcher))
-    todo_groups = pending_groups(groups, run_dir, shared)
-    return RunPlan(suite, suite_path, overrides, all_cases, cases, run_dir, cases_of(todo_groups), launcher, groups, shared)
-
-
-def pending_groups(groups: list[Group], run_dir: Path | None, shared: set[str] | None = None) -> list[Group]:
-    """The groups whose cases still need timing: a group not done is timed again whole
-    (dstbench.suite.groups), and its cases' lines are then replaced. `shared`: as `RunPlan.shared`
-    (default: the cases shared by `groups`)."""
-    lines = _latest_lines(run_dir) if run_dir else {}
-    shared = shared_cases(groups) if shared is None else shared
-    return [g for g in groups if not group_done(g, lines, shared)]
-
-
-def cases_of(groups: list[Group]) -> list[Case]:
-    """The distinct cases of `groups`, in order (dense belongs to several)."""
-    return list({c.case_id: c for g in groups for c in g.cases}.values())
+    return make_plan(
+        suite, suite_path, overrides, only=only, densities=densities, can_interleave=launcher.interleaves,
+        launcher=launcher, run_dir=run_dir, lines=_latest_lines(run_dir) if run_dir else {},
+    )
 
 
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
@@ -389,7 +288,7 @@ def run_suite(
         # unfinished run from one that selected fewer cases (dstbench.results.coverage).
         record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
         shared = plan.shared
-        todo_groups = pending_groups(plan.groups, run_dir, shared)  # again, under the lock
+        todo_groups = pending_groups(plan.groups, _latest_lines(run_dir), shared)  # again, under the lock
         todo = cases_of(todo_groups)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
@@ -399,7 +298,7 @@ def run_suite(
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
             # `--resume` runs them. Which were left is noted in run.json and said here.
-            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, run_dir, shared))]
+            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, _latest_lines(run_dir), shared))]
             try:
                 record_interruption(run_dir, unfinished, stop)
             except OSError:

@@ -17,44 +17,24 @@ is split into (reference, method) pairs (`dstbench.suite.groups.split`) and thos
 case that still runs out of memory while others of its group are alive is timed again alone
 afterwards, so interleaving never causes an `oom` that a sequential run would not.
 
-A launcher without `open` (torchrun) runs each case of a group whole, one after another.
+A launcher that does not interleave (torchrun: `Launcher.interleaves` false) runs each case of a group
+whole, one after another.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator
 
 from dstbench.execution.case_setup import CaseTask, Progress
 from dstbench.suite.cases import Case
 from dstbench.suite.groups import Group, new_group_id, split
 from dstbench.results.record import CaseResult
 from dstbench.execution.case_session import SegmentTag
+from dstbench.execution.launchers.base import CaseProcess, GroupRun, Launcher
 
 FIT_MARGIN = 1.2
 OOM_ALONE = "out of memory beside its group's other processes; timed again alone (its speedup is unpaired)"
-
-
-class CaseProcess(Protocol):
-    """A live case as a launcher hands it out (see `dstbench.execution.launchers`)."""
-
-    pid: int | None
-    ready: dict[str, Any] | None  # what the case said once warmed up: device_type, segments, memory
-    failed: CaseResult | None  # set once the case failed; it then takes no more commands
-
-    def start(self) -> None: ...
-    def segment(self, tag: SegmentTag) -> dict[str, Any] | None: ...
-    def finish(self) -> CaseResult: ...
-    def close(self) -> None: ...
-
-
-@dataclasses.dataclass
-class GroupRun:
-    """A group that was timed: its id and its members' results, in the group's order."""
-
-    group: Group
-    group_id: str
-    results: list[CaseResult]
 
 
 def fits(readies: list[dict[str, Any]], still_to_start: int) -> bool:
@@ -74,10 +54,10 @@ class TimedGroup:
 
 
 def _time_group(
-    launcher: Any, group: Group, group_id: str, tasks: dict[str, CaseTask], progress_for: Callable[[Case], Progress]
+    launcher: Launcher, group: Group, group_id: str, tasks: dict[str, CaseTask], progress_for: Callable[[Case], Progress]
 ) -> TimedGroup | None:
     """Time one group. None when it does not fit in device memory (its processes are gone then)."""
-    handles: list[Any] = []
+    handles: list[CaseProcess] = []
     crowded: set[int] = set()
     alive: set[int] = set()  # started, not failed, not finished
 
@@ -122,7 +102,7 @@ def _time_group(
 
 
 def run_groups(
-    launcher: Any,
+    launcher: Launcher,
     groups: list[Group],
     tasks: dict[str, CaseTask],
     progress_for: Callable[[Case], Progress],
@@ -133,7 +113,7 @@ def run_groups(
     queue = list(groups)
     while queue:
         group = queue.pop(0)
-        if not hasattr(launcher, "open"):
+        if not launcher.interleaves:
             for case in group.cases:  # torchrun: each case whole, alone (its ranks name their group)
                 result = launcher.run(tasks[case.case_id], progress_for(case))
                 result.groups = result.groups or [new_group_id(case.case_id)]
@@ -154,7 +134,7 @@ def run_groups(
         yield GroupRun(group, group_id, results)
 
 
-def run_alone(launcher: Any, task: CaseTask, progress: Progress, key: str | None = None) -> CaseResult:
+def run_alone(launcher: Launcher, task: CaseTask, progress: Progress, key: str | None = None) -> CaseResult:
     """One case in a group of its own, start to end: a launcher's `run`. `key`: the group key to
     file it under (default: its case id)."""
     case = Case.from_dict(task.case)

@@ -1,4 +1,6 @@
-"""`dstbench compare BASELINE_RUN CURRENT_RUN`: the run-to-run regression gate.
+"""The run-to-run regression gate of `dstbench compare BASELINE_RUN CURRENT_RUN`: each case's
+verdicts and the gate's exit code (the command: `dstbench.cli.compare`; its report:
+`dstbench.gates.comparison_text`).
 
 Cases are matched by suite hash, method and density. Time is judged from the raw segment samples:
 a case regresses (or improved) only when the ratio of medians (current / baseline) crosses the
@@ -11,33 +13,30 @@ test says: starved segments measure the machine's load, not the code.
 Memory is judged from exact figures (allocator peak where both runs have it, training-state and
 activation bytes always) against its own threshold, with no test: byte counts do not jitter.
 
-Exit codes: 0 no regression, 1 a regression (or, with --strict, an inconclusive case), 2 unusable
-input (missing files, no matching cases, or, with --strict, runs from different environments).
+Exit codes (`exit_code`): 0 no regression, 1 a regression (or, with --strict, an inconclusive
+case), 2 unusable input (missing files, no matching cases, or, with --strict, runs from different
+environments).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.stats import mannwhitneyu
-from tabulate import tabulate
 
 from dstbench.suite.cases import case_id
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from dstbench.util.text import percent
 from dstbench.results.derive import noise_level
-from dstbench.results.record import iter_results, segment_samples
+from dstbench.results.record import iter_results, report_columns, segment_samples
 from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
-from dstbench.util.files import RESULTS_FILE, output_file_problem, write_atomic
+from dstbench.util.files import RESULTS_FILE
 
 # Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
-MEMORY_METRICS = (("peak_memory_bytes", "peak"), ("state_bytes", "state"), ("activation_bytes", "activation"))
+MEMORY_METRICS = report_columns("bytes")  # the fields the trackers declare with a `bytes` column
 # What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
 # and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
 ENV_KEYS = (
@@ -312,118 +311,11 @@ def compare_runs(
     )
 
 
-# -- rendering -------------------------------------------------------------------------------------
-def _time_cell(t: TimeVerdict | None) -> str:
-    if t is None:
-        return "—"
-    return f"{t.baseline_ms:.1f} -> {t.current_ms:.1f} ms ({t.ratio:.3f}x, p={t.p_value:.3g})"
-
-
-def _memory_cell(c: CaseComparison, metric: str) -> str:
-    for m in c.memory:
-        if m.metric == metric:
-            return f"{m.current:,} ({percent(m.change, digits=2, signed=True)})" if m.change else f"{m.current:,} (=)"
-    return "—"
-
-
-def _verdict_cell(c: CaseComparison) -> str:
-    if c.regressions:
-        return "REGRESSION: " + ", ".join(c.regressions)
-    if c.improvements:
-        return "improved: " + ", ".join(c.improvements) + ("; INCONCLUSIVE: time" if c.inconclusive else "")
-    if c.inconclusive:
-        return "INCONCLUSIVE: time (beyond the threshold, not significant)"
-    if c.baseline_status != "ok" or c.current_status != "ok":
-        return f"not compared ({c.baseline_status} -> {c.current_status})"
-    return "ok"
-
-
-def table(comparison: Comparison, fmt: str = "simple") -> str:
-    """One row per matched case; `fmt` is a tabulate format ("simple", "github")."""
-    memory_only = comparison.settings["memory_only"]
-    with_peak = any(m.metric == "peak" for c in comparison.cases for m in c.memory)
-    headers = ["case"] + ([] if memory_only else ["time (median per segment)"])
-    headers += (["peak bytes"] if with_peak else []) + ["state bytes", "activation bytes", "verdict", "notes"]
-    rows = []
-    for c in comparison.cases:
-        row = [c.case] + ([] if memory_only else [_time_cell(c.time)])
-        row += ([_memory_cell(c, "peak")] if with_peak else [])
-        row += [_memory_cell(c, "state"), _memory_cell(c, "activation"), _verdict_cell(c), "; ".join(c.notes)]
-        rows.append(row)
-    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
-
-
-def render(comparison: Comparison, *, strict: bool = False, markdown: bool = False) -> str:
-    """The whole report: settings, environment warnings, the table, one-sided cases, a summary."""
-    s = comparison.settings
-    gates = f"memory +/-{s['memory_threshold']:g}%"
-    if not s["memory_only"]:
-        gates = f"time +/-{s['time_threshold']:g}% and Mann-Whitney p < {s['alpha']:g}; " + gates
-    lines = [("## " if markdown else "") + "dstbench compare", ""]
-    for label, side in (("baseline", comparison.baseline), ("current", comparison.current)):
-        where = f"`{side.path}`" if markdown else str(side.path)
-        lines.append(f"{'- ' if markdown else ''}{label}: {where} (commit {side.meta.get('commit') or 'unknown'})")
-    lines += [f"{'- ' if markdown else ''}gates: {gates}", ""]
-    for difference in comparison.env_differences:
-        lines.append(f"{'ERROR' if strict else 'WARNING'}: {difference}")
-    if comparison.env_differences:
-        lines.append("")
-    lines.append(table(comparison, "github" if markdown else "simple"))
-    for label, keys in (("only in baseline", comparison.only_baseline), ("only in current", comparison.only_current)):
-        if keys:
-            lines += ["", f"{label} (not compared): " + ", ".join(f"{case_id(k[1], k[2])} [suite {k[0]}]" for k in keys)]
-    regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
-    lines += [
-        "",
-        f"{len(comparison.cases)} cases compared: {len(regressed)} regressed, {len(improved)} improved, "
-        f"{len(inconclusive)} inconclusive"
-        + (" (--strict: a failure)" if strict and inconclusive else "")
-        + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
-    ]
-    verdict = overall_verdict(comparison, strict)
-    lines += ["", f"**Verdict: {verdict}**" if markdown else f"verdict: {verdict}"]
-    return "\n".join(lines) + "\n"
-
-
-def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
-    """The gate's answer in one line, as the exit code gives it: PASS, FAIL (and which cases
-    regressed in what) or ERROR (incomparable environments under --strict)."""
-    code = exit_code(comparison, strict)
-    if code == EXIT_USAGE:
-        return "ERROR: the runs' environments differ (--strict)"
-    if code == EXIT_FAILED:
-        parts = [f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed]
-        if strict:
-            parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]
-        return "FAIL: " + "; ".join(parts)
-    return f"PASS: no regression in {len(comparison.cases)} cases"
-
-
 def exit_code(comparison: Comparison, strict: bool) -> int:
+    """The gate's exit code: 2 for incomparable environments under `strict`, 1 for a regression
+    (or, under `strict`, an inconclusive case), else 0."""
     if strict and comparison.env_differences:
         return EXIT_USAGE  # the figures are not comparable, so neither verdict can be trusted
     if comparison.regressed or (strict and comparison.inconclusive):
         return EXIT_FAILED
     return EXIT_OK
-
-
-def main(args: argparse.Namespace) -> int:
-    """Entry point of `dstbench compare` (see cli.py for the arguments)."""
-    try:
-        if args.time_threshold < 0 or args.memory_threshold < 0 or not 0 < args.alpha < 1:
-            raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
-        problem = output_file_problem(args.markdown, "--markdown") if args.markdown else None
-        if problem:
-            raise CompareInputError(problem)
-        comparison = compare_runs(
-            load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
-            memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
-        )
-    except CompareInputError as exc:
-        print(f"dstbench compare: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(render(comparison, strict=args.strict), end="")
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.markdown, render(comparison, strict=args.strict, markdown=True))
-    return exit_code(comparison, args.strict)

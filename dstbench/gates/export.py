@@ -1,4 +1,5 @@
-"""`dstbench export RUN_DIR --pytest-benchmark FILE`: a run in pytest-benchmark's JSON format.
+"""A run in pytest-benchmark's JSON format (`export_run`), for `dstbench export RUN_DIR
+--pytest-benchmark FILE` (the command: `dstbench.cli.export`).
 
 One benchmark per ok case. A timed segment is one pytest-benchmark round of `segment_steps`
 iterations, so the stats are per training step in seconds, computed by pytest-benchmark's own
@@ -8,19 +9,15 @@ histograms would compute). Everything else in the result line goes to `extra_inf
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from dstbench.suite.cases import case_id as make_case_id
-from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
-from dstbench.util.extras import MissingExtra, require
+from dstbench.util.extras import require
 from dstbench.results.record import iter_results, segment_samples
-from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
-from dstbench.util.files import SUITE_FILE, output_file_problem, write_atomic
+from dstbench.results.run_folder import load_run_meta
+from dstbench.util.files import SUITE_FILE
 
 
 def benchmark_stats(segment_ms: list[float], segment_steps: int) -> dict[str, Any]:
@@ -123,30 +120,3 @@ def export_run(run_dir: str | Path) -> tuple[dict[str, Any], list[str]]:
         "version": _pytest_benchmark_version(),
     }
     return document, skipped
-
-
-def main(args: argparse.Namespace) -> int:
-    """Entry point of `dstbench export` (see cli.py for the arguments)."""
-    run_dir = Path(args.run_dir)
-    try:
-        require("dstbench export", "pytest_benchmark")
-        require_results([run_dir])
-    except (RunDirError, MissingExtra) as exc:
-        print(f"dstbench export: {exc}" if isinstance(exc, RunDirError) else str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    problem = output_file_problem(args.pytest_benchmark, "--pytest-benchmark")
-    if problem:
-        print(f"dstbench export: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    document, skipped = export_run(run_dir)
-    for case in skipped:
-        print(f"dstbench export: left out {case}: not ok, or no timed samples", file=sys.stderr)
-    if not document["benchmarks"]:
-        # pytest-benchmark cannot show an empty file; say so rather than write one.
-        print(f"dstbench export: {run_dir}: no ok case with segment samples", file=sys.stderr)
-        return EXIT_USAGE
-    out = Path(args.pytest_benchmark)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, json.dumps(document, indent=2) + "\n")
-    print(f"wrote {len(document['benchmarks'])} benchmarks to {out}")
-    return EXIT_OK

@@ -109,7 +109,7 @@ def distribution_version(module: str) -> str | None:
 def plugin_versions(modules: list[str]) -> dict[str, str | None]:
     """Version of each method plugin: the suite's `plugins:` modules and the modules that
     entry points of the `dstbench.methods` group name, by distribution (None: not installed as one)."""
-    from dstbench.dst.registry import ENTRY_POINT_GROUP
+    from dstbench.methods import ENTRY_POINT_GROUP
 
     versions: dict[str, str | None] = {module: distribution_version(module) for module in modules}
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):

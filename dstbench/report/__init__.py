@@ -12,8 +12,8 @@ report, and a static site of runs.
     topology.py     a compact method's topology history from `method_extras`; the exchanges table
     seeds.py        runs that differ only in their seed: means and intervals over seeds
     html.py         jinja2 pages (templates/*.j2, autoescaped); `dstbench report`'s HTML and Markdown
-    cli.py          `dstbench report`
-    publish.py      `dstbench publish`; history.py: each case across a site's runs
+    headline.py     the reference a report compares against; the headline above its tables
+    publish.py      the site `dstbench publish` writes; history.py: each case across a site's runs
 
 Adding sections
 ---------------

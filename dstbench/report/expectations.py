@@ -1,7 +1,7 @@
 """The report's verdicts: each expectation of each run's suite (`expect:`) with its value, bound and
 PASS / FAIL / SKIPPED, and how complete each run is. Read from the run folders' stored suites
-without validating them (`gates.expect.run_outcomes`), so a report needs neither the data nor the
-plugins the suite named."""
+without validating them (`results.expectations.run_outcomes`), so a report needs neither the data
+nor the plugins the suite named."""
 
 from __future__ import annotations
 

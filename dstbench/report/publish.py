@@ -6,12 +6,12 @@
                               and the profiler traces and memory snapshots its result lines name
 
 A published run folder is itself a run folder, so runs published earlier stay listed when new ones
-are added; a run with the same folder name is replaced. Every link is relative.
+are added; a run with the same folder name is replaced. Every link is relative. The command is
+`dstbench.cli.publish`.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -19,15 +19,14 @@ from typing import Any
 
 import pandas as pd
 
-from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
 from dstbench.results.coverage import run_coverage
 from dstbench.results.expectations import run_outcomes
-from dstbench.cli.report import choose_reference
 from dstbench.results.derive import derive, headline, load_frame
+from dstbench.report.headline import choose_reference
 from dstbench.report.history import SiteRun, suite_histories
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
 from dstbench.results.record import iter_results
-from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
+from dstbench.results.run_folder import load_run_meta
 from dstbench.util.files import RESULTS_FILE, RUN_FILES, slug, write_atomic
 
 LINKED_FILE_KEYS = ("trace", "memory_snapshot")  # fields of a result line's `profile`
@@ -132,23 +131,3 @@ def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
     # GitHub Pages would otherwise run Jekyll over the site and drop files it does not know.
     (site / ".nojekyll").write_text("")
     return site / "index.html"
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        require_results(args.run_dirs)
-    except RunDirError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_USAGE
-    site = Path(args.site)
-    if site.exists() and not site.is_dir():
-        print(f"--site: {site} is a file, not a folder", file=sys.stderr)
-        return EXIT_USAGE
-    # A run without one readable line (empty, or only a torn line) has nothing to show.
-    empty = [str(d) for d in args.run_dirs if next(iter_results(Path(d)), None) is None]
-    if empty:
-        print(f"no readable result line in: {', '.join(empty)}", file=sys.stderr)
-        return EXIT_USAGE
-    index = publish(list(args.run_dirs), args.site)
-    print(f"site: {index}")
-    return EXIT_OK

@@ -125,7 +125,7 @@ def _from_suite(run_dir: Path, lines: list[dict[str, Any]]) -> list[PlannedCase]
 
 def _registered_kind(name: str) -> str:
     try:
-        from dstbench.dst.registry import method_info
+        from dstbench.methods import method_info
 
         return method_info(name).kind
     except Exception:  # noqa: BLE001 - a plugin that is not installed here: assume a sparse method

@@ -10,6 +10,11 @@ of the run folder it was written into). Readers go by the version:
 
 Adding a field does not change the version; renaming or removing one, or changing what a field
 means or its unit, does: bump SCHEMA_VERSION and add a line above (and in README, "Result fields").
+
+The fields are declared where they are written: identity and bookkeeping here (`CORE_FIELDS`),
+every figure by its tracker (`dstbench.measure.trackers.TRACKERS`), each with its type, default and
+merge rules (`dstbench.measure.trackers.base`). `CaseResult` is made from those declarations, so a
+new metric is a tracker, with no edit here.
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ import types
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterable, Iterator, Union
 
+from dstbench.measure.trackers import TRACKERS
+from dstbench.measure.trackers.base import (
+    EARLIEST, LARGEST, LATEST, RANK0, TOTAL, UNION, RankRule, ResultField, Tracker, declared_fields,
+)
+from dstbench.measure.trackers.noise import WARNINGS_OF_GROUPS
 from dstbench.util.text import clip, short_repr
 from dstbench.util.files import RESULTS_FILE, write_atomic
 
@@ -35,76 +45,58 @@ STATUSES = ("ok", "oom", "error", "timeout", "crash", "cancelled")
 FAILED_STATUSES = STATUSES[1:]
 
 
-@dataclasses.dataclass
-class CaseResult:
-    # identity
-    suite: str
-    suite_hash: str
-    case_id: str
-    method: str
-    method_name: str
-    kind: str
-    density: float
-    params: dict[str, Any]
-    status: str = "ok"
-    device: str | None = None
-    precision: str | None = None
-    fuse_norms: bool | None = None  # the suite's harness option, applied to every method alike
-    batch_size: int | None = None
-    mode: str = "speed"
-    # how a masked method's linears compute: masked, csr or semi_structured (None: not masked)
-    execution: str | None = None
-    # speed
-    segment_steps: int | None = None
-    segment_ms: list[float] = dataclasses.field(default_factory=list)
-    median_ms: float | None = None
-    iqr_ms: float | None = None
-    images_per_s: float | None = None
-    # what each segment sample was timed with (aligned with segment_ms): the interleaved group's id,
-    # its round, its start (Unix seconds); the groups the case was timed in; contention per segment
-    segment_group: list[str] = dataclasses.field(default_factory=list)
-    segment_round: list[int] = dataclasses.field(default_factory=list)
-    segment_start_s: list[float] = dataclasses.field(default_factory=list)
-    groups: list[str] = dataclasses.field(default_factory=list)
-    noise: dict[str, Any] | None = None
+# Rank 0's environment; each rank's finishing time is its own (the launcher reads them).
+ENV_OF_RANK0 = RankRule("rank 0's, without its finishing time",
+                        lambda values, ranks: {k: v for k, v in values[0].items() if k != "finished_at"})
+
+# Identity and bookkeeping: what the session, the launchers and the writer put into every line.
+CORE_FIELDS = (
+    ResultField("suite", str, LATEST, RANK0, "the suite's name"),
+    ResultField("suite_hash", str, LATEST, RANK0, "the hash of the suite's setup"),
+    ResultField("case_id", str, LATEST, RANK0, "method@density"),
+    ResultField("method", str, LATEST, RANK0, "the method as the suite names it"),
+    ResultField("method_name", str, LATEST, RANK0, "the registered method it runs"),
+    ResultField("kind", str, LATEST, RANK0, "the method's kind: dense, masked or compact"),
+    ResultField("density", float, LATEST, RANK0, "the density the case asks for"),
+    ResultField("params", dict[str, Any], LATEST, RANK0, "the method's parameters"),
+    # A failed status is kept by the merges themselves (dstbench.results.merge, the torchrun launcher).
+    ResultField("status", str, LATEST, RANK0, "ok, or how the case failed (STATUSES)", default="ok"),
+    ResultField("device", str | None, LATEST, RANK0, "the torch device", default=None, per_rank=True),
+    ResultField("precision", str | None, LATEST, RANK0, "the suite's training precision", default=None),
+    ResultField("fuse_norms", bool | None, LATEST, RANK0, "the suite's harness option, applied to every method alike",
+                default=None),
+    ResultField("batch_size", int | None, LATEST, RANK0, "images per step (per rank)", default=None),
+    ResultField("mode", str, LATEST, RANK0, "speed, accuracy or both", default="speed"),
+    ResultField("execution", str | None, LATEST, RANK0,
+                "how a masked method's linears compute: masked, csr or semi_structured (None: not masked)", default=None),
+    ResultField("groups", list[str], UNION, RANK0, "the ids of the groups the case was timed in", default_factory=list),
     # What a reader must know about this line: contention, and what could not be written as it was
     # (a plugin's extra that is not JSON), one line each.
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    # memory: allocator figures on CUDA, exact byte counts everywhere
-    peak_memory_bytes: int | None = None
-    reserved_memory_bytes: int | None = None
-    rss_peak_bytes: int | None = None
-    state_bytes: int | None = None
-    state_breakdown: dict[str, int] | None = None
-    activation_bytes: int | None = None
-    # cost model and method
-    flops_per_step: int | None = None
-    density_achieved: float | None = None
-    topology_updates: int | None = None
-    topology_ms: float | None = None
-    topology_detail_ms: dict[str, float] | None = None
-    loss: float | None = None
-    data_loading: str | None = None
-    method_extras: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # accuracy track
-    top1: float | None = None
-    top5: float | None = None
-    epochs: int | None = None
-    train_time_s: float | None = None
-    curve: list[dict[str, Any]] | None = None
-    # profiling and energy
-    profile: dict[str, Any] | None = None
-    energy: dict[str, Any] | None = None
-    # distributed
-    world_size: int = 1
-    ranks: list[dict[str, Any]] | None = None
-    # bookkeeping
-    env: dict[str, Any] = dataclasses.field(default_factory=dict)
-    started_at: str | None = None
-    duration_s: float | None = None
-    error: str | None = None
-    schema_version: int = SCHEMA_VERSION
-    run_id: str | None = None  # the run folder's name; set by `append_result`
+    ResultField("warnings", list[str], WARNINGS_OF_GROUPS, RANK0, "what a reader must know, one line each",
+                default_factory=list),
+    ResultField("env", dict[str, Any], LATEST, ENV_OF_RANK0, "the environment the case ran in", default_factory=dict),
+    ResultField("started_at", str | None, EARLIEST, RANK0, "when the case started, UTC ISO 8601", default=None),
+    ResultField("duration_s", float | None, TOTAL, LARGEST, "wall seconds of the case", default=None),
+    ResultField("error", str | None, LATEST, RANK0, "the traceback of a failed case", default=None),
+    ResultField("schema_version", int, LATEST, RANK0, "SCHEMA_VERSION when the line was written", default=SCHEMA_VERSION),
+    ResultField("run_id", str | None, LATEST, RANK0, "the run folder's name; set by `append_result`", default=None),
+)
+
+# The order of a line's fields in schema 1 (`to_dict` moves schema_version and run_id first). A
+# field declared since goes after these, in the order of CORE_FIELDS and TRACKERS.
+SCHEMA_1_ORDER = (
+    "suite", "suite_hash", "case_id", "method", "method_name", "kind", "density", "params", "status", "device",
+    "precision", "fuse_norms", "batch_size", "mode", "execution", "segment_steps", "segment_ms", "median_ms", "iqr_ms",
+    "images_per_s", "segment_group", "segment_round", "segment_start_s", "groups", "noise", "warnings",
+    "peak_memory_bytes", "reserved_memory_bytes", "rss_peak_bytes", "state_bytes", "state_breakdown", "activation_bytes",
+    "flops_per_step", "density_achieved", "topology_updates", "topology_ms", "topology_detail_ms", "loss",
+    "data_loading", "method_extras", "top1", "top5", "epochs", "train_time_s", "curve", "profile", "energy",
+    "world_size", "ranks", "env", "started_at", "duration_s", "error", "schema_version", "run_id",
+)
+
+
+class ResultLine:
+    """What every result line class has beside its fields (the classes are made by `line_class`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The result line as plain JSON data: never raises for what a method put in it (see
@@ -117,11 +109,37 @@ class CaseResult:
         return {"schema_version": data.pop("schema_version"), "run_id": data.pop("run_id"), **data}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
+    def from_dict(cls, data: dict[str, Any]) -> Any:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}
         fields.setdefault("schema_version", 0)  # a line from before versioning
         return cls(**fields)
+
+
+def line_class(trackers: Iterable[type[Tracker]] = TRACKERS, name: str = "CaseResult", doc: str = "") -> type:
+    """The dataclass of a result line with the core fields and every field `trackers` declare, in
+    schema 1's order. Raises ValueError for a field declared twice."""
+    declared = [*CORE_FIELDS, *(spec for tracker in trackers for spec in tracker.fields)]
+    names = [spec.name for spec in declared]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"result fields declared more than once: {', '.join(twice)}")
+    position = {field: i for i, field in enumerate(SCHEMA_1_ORDER)}
+    ordered = sorted(declared, key=lambda spec: position.get(spec.name, len(position)))  # stable: new ones keep theirs
+    return dataclasses.make_dataclass(
+        name, [(spec.name, spec.type, spec.dataclass_field()) for spec in ordered], bases=(ResultLine,),
+        namespace={"__module__": __name__, "__doc__": doc or f"A result line ({name})."},
+    )
+
+
+# One case's result line: a dataclass whose fields the core and the trackers declare.
+CaseResult = line_class(doc="One case's result line: its identity, and every tracker's figures (see the module docstring).")
+
+
+def report_columns(unit: str) -> tuple[tuple[str, str], ...]:
+    """(field, header) of every result field shown in a report column of `unit`, in line order."""
+    return tuple((spec.name, spec.column.header) for spec in declared_fields(CaseResult)
+                 if spec.column is not None and spec.column.unit == unit)
 
 
 MAX_ARRAY_ITEMS = 10_000  # an array or tensor in a result line beyond this is summarised, not listed

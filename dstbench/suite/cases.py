@@ -1,14 +1,13 @@
-"""A suite expands into cases: one per (method, density); dense runs once, at 1.0."""
+"""A case: one method at one density (dense runs once, at 1.0), and how cases are named.
+
+Light on purpose (no schema, no torch): compare and export name cases without validating a suite.
+A suite expands into its cases in `dstbench.suite.plan.expand_cases`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
-
-from dstbench.dst import registry
-
-if TYPE_CHECKING:  # importing config builds a model on first import: keep `case_id` light for compare
-    from dstbench.suite.schema import SuiteConfig
+from typing import Any
 
 
 def density_text(density: float) -> str:
@@ -42,23 +41,3 @@ class Case:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Case":
         return cls(**data)
-
-
-def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: list[float] | None = None) -> list[Case]:
-    """Cases in run order: density by density, methods in suite order within each.
-
-    `only` keeps the listed method labels; `densities` keeps the listed densities (dense is kept
-    whenever it is selected, since it has no density of its own).
-    """
-    cases: list[Case] = []
-    for spec in suite.methods:
-        if only and spec.key not in only:
-            continue
-        info = registry.method_info(spec.name)
-        wanted = suite.method_densities(spec)  # dense: 1.0; else the method's own or the suite's
-        for density in wanted:
-            if densities and info.kind != "dense" and density not in densities:
-                continue
-            cases.append(Case(spec.key, spec.name, info.kind, density, dict(spec.params)))
-    # Dense first, then by descending density, so a long run has its baselines early.
-    return sorted(cases, key=lambda c: (c.kind != "dense", -c.density))

@@ -14,12 +14,14 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from dstbench.dst import registry
+import dstbench.methods as catalog
+from dstbench.execution.launchers.config import LauncherConfig
+from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.suite.cases import case_id
 from dstbench.util.files import slug
 
@@ -179,72 +181,6 @@ class AccuracyConfig(Strict):
     keep_checkpoint: bool = False
 
 
-# Keys of `launcher:` that only the submitit launcher reads (a cluster job per case).
-SUBMITIT_KEYS = (
-    "cluster", "partition", "account", "qos", "constraint", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min",
-    "array_parallelism", "sbatch", "setup",
-)
-
-
-class LauncherConfig(Strict):
-    name: Literal["subprocess", "inprocess", "torchrun", "submitit"] = "subprocess"
-    timeout_s: PositiveFloat = 3600.0
-    nproc_per_node: PositiveInt = 1
-    nnodes: PositiveInt = 1
-    node_rank: int = Field(0, ge=0)
-    master_addr: str = "127.0.0.1"
-    master_port: int = Field(29500, ge=1, le=65535)
-    # subprocess: this many cases at once on this host, each on its own GPU or its own share of the
-    # cores (dstbench.execution.launchers.subprocess.parallel; which suites may, in `SuiteConfig._parallel_fits_device`).
-    parallel: PositiveInt = 1
-    # submitit: each case a job (dstbench.execution.launchers.submitit.launcher); Slurm's own names where it has one.
-    cluster: Literal["slurm", "local"] = "slurm"
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    gpus_per_node: int = Field(0, ge=0)
-    cpus_per_task: PositiveInt | None = None
-    mem_gb: PositiveFloat | None = None
-    timeout_min: PositiveFloat | None = None  # the job's time limit; default: timeout_s, rounded up, + 2 min
-    array_parallelism: PositiveInt | None = None  # jobs running at once (default: Slurm's limit; local: 1)
-    sbatch: dict[str, Union[str, int, bool]] = {}  # more sbatch options, e.g. {exclusive: true, mail-type: END}
-    setup: list[str] = []  # shell lines the job runs first (module load, source a venv)
-
-    @model_validator(mode="after")
-    def _keys_fit_launcher(self) -> "LauncherConfig":
-        """A key the chosen launcher does not read would be silently ignored: refuse it."""
-        if self.name != "submitit":
-            # Against the defaults, not the keys given: a stored suite.yaml lists every key.
-            fields = type(self).model_fields
-            stray = [k for k in SUBMITIT_KEYS if getattr(self, k) != fields[k].get_default(call_default_factory=True)]
-            if stray:
-                raise ValueError(f"{', '.join(stray)}: only for name: submitit (a cluster job per case), not {self.name}")
-        if self.parallel > 1 and self.name != "subprocess":
-            where = "submitit runs jobs at once by itself (array_parallelism)" if self.name == "submitit" else "it runs one case at a time"
-            raise ValueError(f"parallel: cases at once on one host is the subprocess launcher's; {self.name} cannot ({where})")
-        if self.name == "submitit":
-            if self.nnodes > 1:
-                raise ValueError("nnodes: a submitit job runs its case on one node (torchrun with nproc_per_node ranks)")
-            if self.gpus_per_node and self.nproc_per_node > self.gpus_per_node:
-                raise ValueError(f"nproc_per_node: {self.nproc_per_node} ranks need as many GPUs; gpus_per_node is {self.gpus_per_node}")
-        return self
-
-    @property
-    def case_launcher(self) -> str:
-        """How a case's own process(es) start: `torchrun` under torchrun, and inside a submitit job
-        whose case has several ranks; otherwise the launcher's name."""
-        if self.name == "submitit" and self.nproc_per_node > 1:
-            return "torchrun"
-        return self.name
-
-    @property
-    def job_minutes(self) -> float:
-        """A submitit job's time limit in minutes: `timeout_min`, else the case's `timeout_s` plus 2
-        minutes for the job's start and Slurm's warning signal (which ends the case as `timeout`)."""
-        return self.timeout_min if self.timeout_min is not None else math.ceil(self.timeout_s / 60) + 2
-
-
 class ProfileConfig(Strict):
     enabled: bool = True
     steps: PositiveInt = 3  # profiled steps; the topology update falls on the last one
@@ -287,7 +223,7 @@ class SuiteConfig(Strict):
     methods: list[MethodSpec] = Field(min_length=1)  # a bare name is allowed
     densities: list[float] = Field(min_length=1)
     reference: str = "dense"  # default: dense when the suite runs it, else the first method
-    launcher: LauncherConfig = LauncherConfig()
+    launcher: LauncherConfig = SubprocessConfig()  # one model per launcher, by `name`
     profile: ProfileConfig = ProfileConfig(enabled=False)  # `true` is allowed
     expect: list[Expectation] = []
 
@@ -297,7 +233,7 @@ class SuiteConfig(Strict):
         if isinstance(data, dict):
             plugins = data.get("plugins") or []
             if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
-                registry.import_plugins(plugins)  # anything else: the field's own type error
+                catalog.import_plugins(plugins)  # anything else: the field's own type error
             methods = data.get("methods")
             if "reference" not in data and isinstance(methods, list) and methods:
                 keys = [m if isinstance(m, str) else (m.get("label") or m.get("name")) for m in methods if isinstance(m, (str, dict))]
@@ -320,11 +256,11 @@ class SuiteConfig(Strict):
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, specs: list[MethodSpec]) -> list[MethodSpec]:
-        known = registry.list_methods()
+        known = catalog.list_methods()
         for spec in specs:
             if spec.name not in known:
                 raise ValueError(f"unknown method {spec.name!r} (registered: {', '.join(known)})")
-            info = registry.method_info(spec.name)
+            info = catalog.method_info(spec.name)
             try:
                 info.cls.parse_params(dict(spec.params))
             except (TypeError, ValueError) as exc:
@@ -378,7 +314,7 @@ class SuiteConfig(Strict):
 
     def method_densities(self, spec: MethodSpec) -> list[float]:
         """The densities `spec` runs at: its own `densities` or else the suite's (dense: 1.0 only)."""
-        if registry.method_info(spec.name).kind == "dense":
+        if catalog.method_info(spec.name).kind == "dense":
             return [1.0]
         return list(spec.densities) if spec.densities is not None else list(self.densities)
 
@@ -388,7 +324,7 @@ class SuiteConfig(Strict):
             if spec.densities is None:
                 continue
             where = f"methods.{index}.densities"
-            if registry.method_info(spec.name).kind == "dense":
+            if catalog.method_info(spec.name).kind == "dense":
                 raise ValueError(f"{where}: {spec.name} is dense and runs at 1.0 only; remove the key")
             if len(set(spec.densities)) != len(spec.densities):
                 raise ValueError(f"{where}: densities listed twice")
@@ -421,7 +357,7 @@ class SuiteConfig(Strict):
         cores. On one CPU they still share its memory bandwidth and caches, so interleaved groups,
         whose rounds exist to compare cases under the same conditions, may not run side by side
         there; `device: auto` is checked once the device is known (`dstbench.execution.launchers.subprocess.parallel`)."""
-        if self.launcher.parallel == 1:
+        if not isinstance(self.launcher, SubprocessConfig) or self.launcher.parallel == 1:
             return self
         if self.device == "mps":
             raise ValueError("launcher.parallel: mps is one device; cases cannot run side by side on their own devices")
@@ -435,7 +371,7 @@ class SuiteConfig(Strict):
         slug alike (`r/1`, `r-1`; `R`, `r` on a case-insensitive disk) would overwrite each other."""
         seen: dict[str, str] = {}
         for spec in self.methods:
-            dense = registry.method_info(spec.name).kind == "dense"
+            dense = catalog.method_info(spec.name).kind == "dense"
             for density in [1.0] if dense else self.densities:
                 case = case_id(spec.key, density)
                 name = slug(case, "case").casefold()
@@ -459,7 +395,7 @@ class SuiteConfig(Strict):
         """What each expectation names must exist in the suite, so a typo fails before the run
         instead of as a failed gate after it. Messages start with the key to change."""
         keys = [m.key for m in self.methods]
-        has_dense = any(registry.method_info(m.name).kind == "dense" for m in self.methods)
+        has_dense = any(catalog.method_info(m.name).kind == "dense" for m in self.methods)
         allowed_densities = sorted(set(self.densities) | ({1.0} if has_dense else set()))
         for index, exp in enumerate(self.expect):
             where = f"expect.{index}"

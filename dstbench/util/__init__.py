@@ -1,2 +1,2 @@
 """Helpers every layer may use: text for people, exit codes, optional extras, bounded YAML, files,
-torch.distributed and thread counts. Nothing here imports another dstbench module."""
+torch.distributed, thread counts and the package's version. Nothing here imports another dstbench module."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.suite.cases import expand_cases
+from dstbench.suite.plan import expand_cases
 from dstbench.cli import main
 from dstbench.util.safe_yaml import MAX_YAML_VALUES
 from dstbench.suite.loading import parse_suite

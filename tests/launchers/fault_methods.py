@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.dst.registry import register_method
 
 PLUGIN = __name__

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from dstbench.util import distributed
-from dstbench.dst.method import Method, SegmentStats
+from dstbench.dst.method_base import Method, SegmentStats
 from dstbench.dst.registry import register_method
 
 PLUGIN = __name__

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
-from dstbench.execution.launchers import make_launcher
-from dstbench.suite.schema import LauncherConfig
+from dstbench.execution.launchers.factory import make_launcher
+from dstbench.execution.launchers.inprocess.config import InProcessConfig
+from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.execution.launchers.inprocess.launcher import InProcessLauncher
 from dstbench.execution.launchers.subprocess.launcher import SubprocessLauncher
 from tests.launchers.test_subprocess import task_for
 
 
 def test_make_launcher_by_name() -> None:
-    assert isinstance(make_launcher(LauncherConfig(name="inprocess")), InProcessLauncher)
-    launcher = make_launcher(LauncherConfig(name="subprocess", timeout_s=7))
+    assert isinstance(make_launcher(InProcessConfig()), InProcessLauncher)
+    launcher = make_launcher(SubprocessConfig(timeout_s=7))
     assert isinstance(launcher, SubprocessLauncher) and launcher.timeout_s == 7
 
 

@@ -17,12 +17,13 @@ import pytest
 import yaml
 
 from dstbench.execution.case_setup import CaseTask, failed_result
-from dstbench.suite.cases import expand_cases
+from dstbench.suite.plan import expand_cases
 from dstbench.cli import main
 from dstbench.execution.launchers.submitit.job import TimeLimit, run_job, time_limit_handler
 from dstbench.execution.launchers.submitit.launcher import load_jobs, slurm_parameters, status_for_state
 from dstbench.results.record import CaseResult, iter_results
-from dstbench.execution.orchestrator import plan_run, resume_conflicts, run_suite
+from dstbench.execution.orchestrator import plan_run, run_suite
+from dstbench.suite.plan import resume_conflicts
 from dstbench.util.files import RESULTS_FILE, slug
 from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite

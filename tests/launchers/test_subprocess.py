@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dstbench.suite.cases import expand_cases
+from dstbench.suite.plan import expand_cases
 from dstbench.execution.launchers.subprocess.launcher import SubprocessLauncher
 from dstbench.execution.case_session import CaseTask
 from dstbench.suite.loading import parse_suite

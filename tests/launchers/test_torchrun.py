@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dstbench.suite.cases import expand_cases
+from dstbench.suite.plan import expand_cases
 from dstbench.cli import main
-from dstbench.suite.schema import LauncherConfig
+from dstbench.execution.launchers.torchrun.config import TorchrunConfig
 from dstbench.execution.launchers.torchrun.launcher import GATHERED, TorchrunLauncher, first_failure, rank_file, write_json_atomic
 from dstbench.results.merge import merge_ranks
 from dstbench.results.record import CaseResult, iter_results
@@ -107,17 +107,17 @@ def test_ranks_that_die_without_a_word_make_the_case_a_crash(tmp_path: Path) -> 
     task = CaseTask(suite.model_dump(mode="json"), "s.yaml", case.to_dict(), str(tmp_path))
     (tmp_path / "torchrun.log").write_text("worker 1 received signal SIGKILL\n")
     write_json_atomic(rank_file(tmp_path, 0), result(0, [1.0]).to_dict())
-    crashed = TorchrunLauncher(LauncherConfig(**TORCHRUN)).collect(task, tmp_path, returncode=1)
+    crashed = TorchrunLauncher(TorchrunConfig(**TORCHRUN)).collect(task, tmp_path, returncode=1)
     assert crashed.status == "crash" and "SIGKILL" in crashed.error and crashed.world_size == 2
     write_json_atomic(tmp_path / GATHERED, [result(r, [1.0]).to_dict() for r in (0, 1)])
-    assert TorchrunLauncher(LauncherConfig(**TORCHRUN)).collect(task, tmp_path, returncode=0).status == "ok"
+    assert TorchrunLauncher(TorchrunConfig(**TORCHRUN)).collect(task, tmp_path, returncode=0).status == "ok"
 
 
 def test_multi_node_command_takes_the_node_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = LauncherConfig(name="torchrun", nproc_per_node=4, nnodes=2, master_addr="a", master_port=1234)
+    config = TorchrunConfig(nproc_per_node=4, nnodes=2, master_addr="a", master_port=1234)
     monkeypatch.setenv("DSTBENCH_NODE_RANK", "1")
     monkeypatch.setenv("DSTBENCH_MASTER_ADDR", "node-a")
     command = TorchrunLauncher(config).command(Path("t.json"), Path("w"))
     assert "--nnodes=2" in command and "--node_rank=1" in command and "--master_addr=node-a" in command
     assert "--master_port=1234" in command and "--nproc_per_node=4" in command
-    assert "--standalone" in TorchrunLauncher(LauncherConfig(name="torchrun", nproc_per_node=2)).command(Path("t"), Path("w"))
+    assert "--standalone" in TorchrunLauncher(TorchrunConfig(nproc_per_node=2)).command(Path("t"), Path("w"))

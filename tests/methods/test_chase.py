@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dstbench.dst.registry import method_info
+from dstbench.methods import method_info
 from dstbench.dst.masked.channels import cubic_sparsity
 from dstbench.dst.masked.distributions import target_active
 from tests.conftest import ADAMW, micro_batches

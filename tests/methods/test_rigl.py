@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import dstbench
-from dstbench.dst.registry import method_info
+from dstbench.methods import method_info
 from tests.sparse.helpers import LAYER, one_layer_batches, one_layer_method
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dstbench.dst.registry import method_info
+from dstbench.methods import method_info
 from tests.sparse.helpers import LAYER, one_layer_batches, one_layer_method
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dstbench.cli.report import headline_text
+from dstbench.report.headline import headline_text
 from dstbench.results.derive import derive, harness_options, headline, load_frame
 from dstbench.report.html import build_page, render_html, render_markdown
 from dstbench.report.tables import speed_table, summary_table

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dstbench.suite.cases import expand_cases
+from dstbench.suite.plan import expand_cases
 from dstbench.execution.case_session import CaseTask, run_case
 from dstbench.suite.loading import parse_suite
 from dstbench.measure.trackers.noise import (

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from dstbench.dst import phases
-from dstbench.dst.method import Method
+from dstbench.dst.method_base import Method
 from dstbench.dst.update_schedule import UpdateSchedule
 from dstbench.dst.masked.distributions import DISTRIBUTIONS, layer_allotment, target_active
 from dstbench.dst.masked.backends import EXECUTIONS, create_execution

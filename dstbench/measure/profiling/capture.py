@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from dstbench.execution.case_setup import build_method
-from dstbench.dst.method import Method, synchronize
+from dstbench.dst.method_base import Method
+
+from dstbench.util.device import synchronize
 from dstbench.measure.profiling import analysis
 from dstbench.util.files import slug
 from dstbench.measure.trackers.memory import ActivationCounter, training_state_bytes
@@ -32,7 +33,6 @@ from dstbench.measure.trackers.memory import ActivationCounter, training_state_b
 if TYPE_CHECKING:
     from dstbench.suite.cases import Case
     from dstbench.suite.schema import SuiteConfig
-    from dstbench.results.record import CaseResult
 
 TRACES_DIR = "traces"
 # Kineto logs an error on every CPU-only profile because it probes for a GPU; quiet it unless the
@@ -132,12 +132,16 @@ def profile_window(
     }
 
 
-def _fresh_method(suite: SuiteConfig, case: Case, device: torch.device) -> tuple[Method, Iterator[Any]]:
+# build(suite, case, device, total_steps): a fresh method for the case, as the speed track builds it.
+BuildMethod = Callable[["SuiteConfig", "Case", torch.device, int], Method]
+
+
+def _fresh_method(suite: SuiteConfig, case: Case, device: torch.device, build: BuildMethod) -> tuple[Method, Iterator[Any]]:
     """Accuracy-only runs have no speed-case method: build one as the speed track would, and warm
     it up so lazy initialisation (optimizer state, kernel caches) stays out of the profile."""
     from dstbench.inputs.speed import speed_batches
 
-    method = build_method(suite, case, device, suite.timing.schedule_steps)
+    method = build(suite, case, device, suite.timing.schedule_steps)
     batches, _ = speed_batches(suite, method.model, device)
     method.train_segment(batches, suite.timing.warmup_steps)
     return method, batches
@@ -147,16 +151,18 @@ def profile_case(
     suite: SuiteConfig,
     case: Case,
     device: torch.device,
-    result: CaseResult,
+    result: Any,
     run_dir: Path,
     method: Method | None,
     batches: Iterator[Any] | None,
     progress: Callable[[str, int, int], None],
+    build: BuildMethod | None = None,
 ) -> None:
-    """Fill `result.profile`. A failure here is recorded in the profile (with its traceback) and
+    """Fill `result.profile` (`result`: the case's line). Without `method` (an accuracy-only case)
+    one is made with `build`. A failure here is recorded in the profile (with its traceback) and
     does not cost the case its timed figures, which were measured before."""
     try:
-        result.profile = _profile(suite, case, device, run_dir, method, batches, progress)
+        result.profile = _profile(suite, case, device, run_dir, method, batches, progress, build)
     except Exception:  # noqa: BLE001 - kept in the result line; `dstbench profile` exits 1 on it
         if device.type == "cuda":
             try:
@@ -174,10 +180,13 @@ def _profile(
     method: Method | None,
     batches: Iterator[Any] | None,
     progress: Callable[[str, int, int], None],
+    build: BuildMethod | None,
 ) -> dict[str, Any]:
     config = suite.profile
     if method is None or batches is None:
-        method, batches = _fresh_method(suite, case, device)
+        if build is None:
+            raise ValueError("profile_case: no method to profile and no `build` to make one")
+        method, batches = _fresh_method(suite, case, device, build)
     plan = plan_window(method, config.steps, config.max_advance_steps, case.kind != "dense")
     total = plan["step"] - method.step
     counted_step = plan["step"] - config.steps

@@ -8,26 +8,76 @@ read a stale value at either end. Windows must last `MIN_WINDOW_S` or more on av
 missed refresh per window, of roughly 0.1 s, is at most ~5% of the time) and the counter must
 advance; otherwise the result says "not measured" and why. Everything here returns a reason rather than
 raising: a machine without a driver simply records no energy.
+
+Merged lines: a case timed in several groups sums its groups' windows; a distributed case sums its
+ranks' GPUs. Either only when every part was measured.
 """
 
 from __future__ import annotations
 
 import time
 from types import TracebackType
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from dstbench.measure import nvml
+from dstbench.measure.trackers.base import UNCHANGED, Cut, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker
+
+if TYPE_CHECKING:  # torch is imported where it is used: the result record reads the declarations here without it
+    import torch
 
 MIN_WINDOW_S = 2.0
 SOURCE = "NVML total-energy counter (whole GPU)"
 
 
-class EnergyMeter:
+def _join_groups(old: dict[str, Any] | None, new: dict[str, Any] | None, joining: Joining) -> dict[str, Any] | None:
+    if not (old and old.get("measured") and new and new.get("measured")):
+        reason = next((e.get("reason") for e in (new, old) if e and not e.get("measured")), None)
+        return {"measured": False, "reason": reason} if reason else (new or old)
+    joules, seconds = old["joules"] + new["joules"], old["seconds"] + new["seconds"]
+    steps, images = old["steps"] + new["steps"], old["images"] + new["images"]
+    return {
+        **new, "joules": joules, "seconds": seconds, "steps": steps, "images": images,
+        "joules_per_step": joules / steps, "images_per_joule": images / joules, "mean_power_w": joules / seconds,
+    }
+
+
+def _strip_group(energy: Any, cut: Cut) -> Any:
+    # Joules cannot be split by segment: a group timed again leaves the energy unmeasured.
+    if cut.removes_samples and isinstance(energy, dict) and energy.get("measured"):
+        return {"measured": False, "reason": f"group {cut.base} was timed again; its joules cannot be separated"}
+    return UNCHANGED
+
+
+def _combine_ranks(energies: list[Any], ranks: Ranks) -> dict[str, Any] | None:
+    """The job's energy: every rank's GPU summed, when every rank measured its own."""
+    if not all(e and e.get("measured") for e in energies):
+        return energies[0]
+    joules = sum(e["joules"] for e in energies)
+    seconds = max(e["seconds"] for e in energies)
+    steps = energies[0]["steps"]
+    images = sum(e["images"] for e in energies)
+    return {
+        **energies[0],
+        "nvml_index": [e["nvml_index"] for e in energies],
+        "joules": joules, "seconds": seconds, "images": images, "joules_per_step": joules / steps,
+        "images_per_joule": images / joules, "mean_power_w": joules / seconds,
+    }
+
+
+ENERGY_OF_GROUPS = GroupRule("every group's windows summed, when each was measured", _join_groups, _strip_group)
+ENERGY_OF_RANKS = RankRule("every rank's GPU summed, when each was measured", _combine_ranks)
+
+
+class EnergyMeter(Tracker):
     """Reads the energy counter around the work inside `with`; `result(steps, images)` gives the
-    result line's `energy` field. The caller synchronises the device at both ends (the runner's
-    warm-up ends in a sync and every timed segment ends in one)."""
+    result line's `energy` field, which `write` puts into a line whose segments are timed. The
+    caller synchronises the device at both ends (the runner's warm-up ends in a sync and every
+    timed segment ends in one)."""
+
+    fields = (
+        ResultField("energy", dict[str, Any] | None, ENERGY_OF_GROUPS, ENERGY_OF_RANKS,
+                    "joules of the timed segments, or why not measured (see the module docstring)", default=None),
+    )
 
     def __init__(
         self,
@@ -36,6 +86,8 @@ class EnergyMeter:
         min_seconds: float = MIN_WINDOW_S,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        import torch
+
         self.device = torch.device(device)
         self.min_seconds = min_seconds
         self._clock = clock
@@ -102,3 +154,9 @@ class EnergyMeter:
             "images_per_joule": images / joules,
             "mean_power_w": joules / self.seconds,
         }
+
+    def write(self, line: Any) -> None:
+        """The energy of the line's timed steps (written after the segment times), if any."""
+        if line.segment_ms:
+            steps = len(line.segment_ms) * line.segment_steps
+            line.energy = self.result(steps, line.batch_size * steps)

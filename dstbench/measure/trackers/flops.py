@@ -24,10 +24,9 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Callable
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode, bmm_flop, sdpa_backward_flop_count, sdpa_flop_count
+from dstbench.measure.trackers.base import LATEST, RANK0, ResultField, Tracker
 
-aten = torch.ops.aten
+# torch is imported where it is used: the result record reads the declaration here without it.
 
 # Kernels whose leading arguments are (query, key, value), and (grad_out, query, key, value).
 ATTENTION_FORWARD = (
@@ -43,6 +42,8 @@ ATTENTION_BACKWARD = tuple(f"{name}_backward" for name in ATTENTION_FORWARD if n
 
 def attention_forward_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     """`Q K^T` and `P V`."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
@@ -51,6 +52,8 @@ def attention_backward_flops(
 ) -> int:
     """The gradients of `Q K^T` and `P V` (two matmuls each): torch's count less its recompute of
     `Q K^T` (its shape checks kept)."""
+    from torch.utils.flop_counter import bmm_flop, sdpa_backward_flop_count
+
     b, heads, s_q, d_q = query_shape
     s_k = key_shape[2]
     recompute = bmm_flop((b * heads, s_q, d_q), (b * heads, d_q, s_k))
@@ -60,6 +63,9 @@ def attention_backward_flops(
 def attention_formulas() -> dict[Any, Callable[..., int]]:
     """`custom_mapping` for `FlopCounterMode`: every attention kernel of this torch build that takes
     plain (batch, heads, tokens, dim) tensors, forward and backward."""
+    import torch
+
+    aten = torch.ops.aten
     mapping: dict[Any, Callable[..., int]] = {}
     for names, formula in ((ATTENTION_FORWARD, attention_forward_flops), (ATTENTION_BACKWARD, attention_backward_flops)):
         for name in names:
@@ -68,12 +74,19 @@ def attention_formulas() -> dict[Any, Callable[..., int]]:
     return mapping
 
 
-class FlopCounter:
+class FlopCounter(Tracker):
     """Counts the FLOPs of the operations run inside `with`: forward and backward matmuls,
     convolutions and attention (as matmuls, on every device; see the module docstring). What stays
     dense is counted too, so a ratio of two counts is the physical limit of a speedup."""
 
+    fields = (
+        ResultField("flops_per_step", int | None, LATEST, RANK0, "training FLOPs of one step (the first warm-up step)",
+                    default=None),
+    )
+
     def __init__(self) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
         self._mode = FlopCounterMode(display=False, custom_mapping=attention_formulas())
         self.total: int | None = None
 
@@ -84,3 +97,6 @@ class FlopCounter:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._mode.__exit__(exc_type, exc, tb)
         self.total = int(self._mode.get_total_flops())
+
+    def write(self, line: Any) -> None:
+        line.flops_per_step = self.total

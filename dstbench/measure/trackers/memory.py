@@ -2,6 +2,7 @@
 
 The byte counts are what a noisy or GPU-less machine can gate on: training state (parameters,
 gradients, optimizer state, method buffers) and the activations saved for backward in one step.
+Each figure's tracker declares its result fields; the gated ones carry a `bytes` report column.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import resource
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
+from dstbench.measure.trackers.base import LARGEST, LATEST, PEAK, RANK0, Column, ResultField, Tracker
 
-if TYPE_CHECKING:
-    from dstbench.dst.method import Method
+if TYPE_CHECKING:  # torch is imported where it is used: the result record reads the declarations here without it
+    import torch
+
+    from dstbench.dst.method_base import Method
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple[str, int]:
@@ -42,6 +45,8 @@ def training_state_bytes(method: Method) -> dict[str, int]:
 
     Gradients are counted as one buffer per trainable parameter, the size each holds during a step.
     """
+    import torch
+
     params = [p for p in method.model.parameters()]
     state_tensors = [
         value
@@ -59,9 +64,33 @@ def training_state_bytes(method: Method) -> dict[str, int]:
     return parts
 
 
-class ActivationCounter:
+class StateBytes(Tracker):
+    """The bytes of the method's training state (`training_state_bytes`), read when written."""
+
+    fields = (
+        ResultField("state_bytes", int | None, LATEST, RANK0, "bytes training keeps between steps", default=None,
+                    per_rank=True, column=Column("state", "bytes")),
+        ResultField("state_breakdown", dict[str, int] | None, LATEST, RANK0, "state_bytes by part, with total",
+                    default=None),
+    )
+
+    def __init__(self, method: Method) -> None:
+        self.method = method
+
+    def write(self, line: Any) -> None:
+        state = training_state_bytes(self.method)
+        line.state_bytes = state["total"]
+        line.state_breakdown = state
+
+
+class ActivationCounter(Tracker):
     """Counts the bytes autograd saves for backward inside `with` (parameters excluded), through
     `torch.autograd.graph.saved_tensors_hooks`. Each storage counts once."""
+
+    fields = (
+        ResultField("activation_bytes", int | None, LATEST, RANK0, "bytes autograd saves for backward in one step",
+                    default=None, per_rank=True, column=Column("activation", "bytes")),
+    )
 
     def __init__(self, model: torch.nn.Module) -> None:
         self._params = {_storage_key(p) for p in model.parameters()}
@@ -77,6 +106,8 @@ class ActivationCounter:
         return tensor
 
     def __enter__(self) -> "ActivationCounter":
+        import torch
+
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._hooks.__enter__()
         return self
@@ -84,27 +115,47 @@ class ActivationCounter:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._hooks.__exit__(exc_type, exc, tb)
 
+    def write(self, line: Any) -> None:
+        line.activation_bytes = self.total
 
-class AllocatorPeak:
+
+class AllocatorPeak(Tracker):
     """`torch.cuda.max_memory_allocated` / `max_memory_reserved` over the work inside `with`.
     On other devices both stay None."""
 
+    fields = (
+        ResultField("peak_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak allocated bytes",
+                    default=None, per_rank=True, column=Column("peak", "bytes")),
+        ResultField("reserved_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak reserved bytes",
+                    default=None, per_rank=True),
+    )
+
     def __init__(self, device: torch.device) -> None:
+        import torch
+
         self.device = torch.device(device)
         self.peak_bytes: int | None = None
         self.reserved_bytes: int | None = None
 
     def __enter__(self) -> "AllocatorPeak":
+        import torch
+
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        import torch
+
         if self.device.type == "cuda" and exc_type is None:
             torch.cuda.synchronize(self.device)
             self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
             self.reserved_bytes = int(torch.cuda.max_memory_reserved(self.device))
+
+    def write(self, line: Any) -> None:
+        line.peak_memory_bytes = self.peak_bytes
+        line.reserved_memory_bytes = self.reserved_bytes
 
 
 _STATUS = Path("/proc/self/status")
@@ -142,7 +193,7 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-class RssPeak:
+class RssPeak(Tracker):
     """How much more resident memory than `baseline_bytes` the work inside `with` needed at its peak.
 
     `baseline_bytes` is the process's RSS when the case started building (`current_rss_bytes`); the
@@ -153,6 +204,11 @@ class RssPeak:
     mark cannot be reset it is the process's lifetime peak, an upper bound. None where the baseline
     is unknown (no /proc: not Linux).
     """
+
+    fields = (
+        ResultField("rss_peak_bytes", int | None, PEAK, LARGEST, "resident memory the timed segments needed beyond the "
+                    "process's at the case's start", default=None, per_rank=True),
+    )
 
     def __init__(self, baseline_bytes: int | None) -> None:
         self.baseline_bytes = baseline_bytes
@@ -168,3 +224,6 @@ class RssPeak:
         self.peak_bytes = _peak_rss_bytes()
         if self.baseline_bytes is not None:
             self.growth_bytes = max(0, self.peak_bytes - self.baseline_bytes)
+
+    def write(self, line: Any) -> None:
+        line.rss_peak_bytes = self.growth_bytes

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterable
 
 from dstbench.measure import nvml
+from dstbench.measure.trackers.base import RANK0, UNCHANGED, Cut, GroupRule, Joining, ResultField, Tracker
 
 if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without importing torch
     import torch
@@ -117,8 +118,54 @@ class SegmentNoise:
         }
 
 
-class NoiseRecord:
-    """A case's `noise` field, built segment by segment."""
+# A noise record's per-segment lists (aligned with the line's segment_ms).
+NOISE_LISTS = ("cpu_share", "wait_share", "involuntary_switches", "gpu_other_processes")
+
+
+def _join_noise(old: dict[str, Any] | None, new: dict[str, Any] | None, joining: Joining) -> dict[str, Any] | None:
+    """Every group's samples, the first group's starting load, and the rule applied again."""
+    if not old or not new:
+        return new or old
+    merged = dict(new)
+    for key in NOISE_LISTS:
+        if key in old or key in new:
+            merged[key] = list(old.get(key) or []) + list(new.get(key) or [])
+    merged["loadavg_start"] = old.get("loadavg_start")
+    return assess(merged, str(joining.current.env.get("device_type") or "cpu"))
+
+
+def _strip_noise(noise: Any, cut: Cut) -> Any:
+    # The verdict (`starved_segments`, `contended`) is kept: the group's next timing adds its own.
+    if not isinstance(noise, dict):
+        return UNCHANGED
+    noise = dict(noise)
+    for key in (*NOISE_LISTS, "starved"):
+        values = noise.get(key)
+        if isinstance(values, list) and len(values) == cut.segments:
+            noise[key] = [values[i] for i in cut.keep]
+    return noise
+
+
+def _join_warnings(old: list[str], new: list[str], joining: Joining) -> list[str]:
+    others = [w for w in list(old) + list(new) if not w.startswith("contended:")]
+    contention = contention_warning(joining.merged.noise)
+    return list(dict.fromkeys(others + ([contention] if contention else [])))
+
+
+NOISE_OF_GROUPS = GroupRule("every group's samples, assessed again", _join_noise, _strip_noise)
+# The rule of the line's `warnings` (a core field): every group's, each once, with the contention
+# line said again for the merged noise.
+WARNINGS_OF_GROUPS = GroupRule("every group's, each once; contention said for the merged noise", _join_warnings, derived=True)
+
+
+class NoiseRecord(Tracker):
+    """A case's `noise` field, built segment by segment; `write` adds it to the line with the
+    contention warning when the case was contended."""
+
+    fields = (
+        ResultField("noise", dict[str, Any] | None, NOISE_OF_GROUPS, RANK0,
+                    "contention per segment and the rule's verdict (see the module docstring)", default=None),
+    )
 
     def __init__(self, device: torch.device, threads: int) -> None:
         self.device = device
@@ -149,6 +196,12 @@ class NoiseRecord:
         if self.device.type == "cuda":
             noise["gpu_other_processes"] = [s.get("gpu_other_processes") for s in self.samples]
         return assess(noise, self.device.type)
+
+    def write(self, line: Any) -> None:
+        line.noise = self.to_dict()
+        warning = contention_warning(line.noise)
+        if warning:
+            line.warnings.append(warning)
 
 
 def _uses_wait_share(noise: dict[str, Any]) -> bool:

@@ -12,13 +12,16 @@ import os
 from typing import Any, Callable
 
 from dstbench.execution.case_setup import CaseTask, Progress
+from dstbench.execution.launchers.base import Launcher, register_launcher
+from dstbench.execution.launchers.inprocess.config import InProcessConfig
 from dstbench.results.record import CaseResult
+from dstbench.execution.rounds import run_alone
 from dstbench.execution.case_session import CaseSession, SegmentTag, failure
 from dstbench.util.threads import use_threads
 
 
 class InProcessCase:
-    """A `dstbench.execution.rounds.CaseProcess` living in this process."""
+    """A `dstbench.execution.launchers.base.CaseProcess` living in this process."""
 
     def __init__(self, task: CaseTask, progress: Progress, live: list["InProcessCase"] | None = None) -> None:
         self.task = task
@@ -85,14 +88,19 @@ def _unmeasured_peaks(result: CaseResult) -> None:
     result.warnings = [*(result.warnings or []), SHARED_PROCESS]
 
 
-class InProcessLauncher:
+@register_launcher("inprocess")
+class InProcessLauncher(Launcher):
+    interleaves = True
+
     def __init__(self) -> None:
         self.live: list[InProcessCase] = []
+
+    @classmethod
+    def from_config(cls, config: InProcessConfig) -> "InProcessLauncher":
+        return cls()  # no time-out to enforce in this process
 
     def open(self, task: CaseTask, progress: Progress) -> InProcessCase:
         return InProcessCase(task, progress, self.live)
 
     def run(self, task: CaseTask, progress: Progress) -> CaseResult:
-        from dstbench.execution.rounds import run_alone
-
         return run_alone(self, task, progress)

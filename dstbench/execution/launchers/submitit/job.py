@@ -10,8 +10,9 @@ import signal
 from typing import Any, Callable
 
 from dstbench.execution.case_setup import CaseTask, failed_result
-from dstbench.suite.schema import LauncherConfig
 from dstbench.execution.launchers.progress_file import ProgressFile
+from dstbench.execution.launchers.submitit.config import SubmititConfig
+from dstbench.execution.launchers.torchrun.config import TorchrunConfig
 from dstbench.execution.lifeline import OWNER_ENV
 
 
@@ -50,7 +51,7 @@ def run_job(task: CaseTask, launcher: dict[str, Any], progress_path: str) -> dic
     # The job is its own root: the driver that submitted it may be gone (a later --resume
     # re-attaches), and a torchrun agent must not end because of that (dstbench.execution.lifeline).
     os.environ.pop(OWNER_ENV, None)
-    config = LauncherConfig(**launcher)
+    config = SubmititConfig(**launcher)
     progress = ProgressFile(progress_path)
     progress.path.touch()  # tells the driver the case started
     from submitit import JobEnvironment
@@ -62,7 +63,7 @@ def run_job(task: CaseTask, launcher: dict[str, Any], progress_path: str) -> dic
         if config.nproc_per_node > 1:
             from dstbench.execution.launchers.torchrun.launcher import TorchrunLauncher
 
-            ranks = config.model_copy(update={"name": "torchrun", "nnodes": 1, "node_rank": 0})
+            ranks = TorchrunConfig(timeout_s=config.timeout_s, nproc_per_node=config.nproc_per_node)  # this node only
             result = TorchrunLauncher(ranks).run(task, progress.write)
         else:
             from dstbench.execution.case_session import execute_case

@@ -47,17 +47,18 @@ from typing import Any, Callable, Iterator
 from dstbench.util import extras
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
 from dstbench.suite.cases import Case
-from dstbench.suite.schema import LauncherConfig
 from dstbench.util.text import clip
 from dstbench.suite.groups import Group, new_group_id
+from dstbench.execution.launchers.base import GroupRun, Launcher, register_launcher
+from dstbench.execution.launchers.submitit.config import SubmititConfig
 from dstbench.execution.launchers.subprocess.placement import visible_gpus
 from dstbench.execution.launchers.progress_file import ProgressFile
 from dstbench.execution.launchers.submitit.job import run_job
 from dstbench.execution.lifeline import Terminated
 from dstbench.results.record import CaseResult
 from dstbench.util.files import slug, write_atomic
-from dstbench.execution.rounds import GroupRun
 from dstbench.suite.loading import SuiteError
+from dstbench.suite.schema import SuiteConfig
 
 JOBS_FILE = "jobs.json"
 JOBS_FOLDER = "jobs"
@@ -111,7 +112,7 @@ class _Watched:
     attached: bool = False  # re-attached from jobs.json (a local one then has no process handle)
 
 
-def slurm_parameters(config: LauncherConfig) -> dict[str, Any]:
+def slurm_parameters(config: SubmititConfig) -> dict[str, Any]:
     """The SlurmExecutor parameters (sbatch options) of a suite's launcher."""
     seconds = config.job_minutes * 60
     params: dict[str, Any] = {
@@ -169,15 +170,18 @@ def _local_job_running(job_id: str) -> bool:
     return True
 
 
-class SubmititLauncher:
+@register_launcher("submitit")
+class SubmititLauncher(Launcher):
     """Cases as cluster jobs (see the module docstring)."""
 
-    def __init__(self, config: LauncherConfig) -> None:
+    places_groups = True
+
+    def __init__(self, config: SubmititConfig) -> None:
         self.config = config
         self.cluster = config.cluster
         self.poll_s = POLL_S[config.cluster]
 
-    def preflight(self, suite: Any) -> list[tuple[str, str]]:
+    def preflight(self, suite: SuiteConfig) -> list[tuple[str, str]]:
         """What forbids the run here: submitit not installed, no Slurm to submit to."""
         absent = extras.missing("submitit")
         if absent:

@@ -22,8 +22,11 @@ from typing import Any
 
 from dstbench.execution.lifeline import bind_to_parent
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
+from dstbench.execution.launchers.base import Launcher, register_launcher
+from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.execution.launchers.subprocess.placement import Placement
 from dstbench.results.record import CaseResult
+from dstbench.execution.rounds import run_alone
 from dstbench.execution.case_session import CaseSession, SegmentTag, failure
 
 _PRELOAD = ["dstbench.execution.launchers.subprocess.forkserver_preload", "dstbench.execution.case_session"]
@@ -78,7 +81,7 @@ def _describe_exit(code: int | None) -> str:
 
 
 class SubprocessCase:
-    """A `dstbench.execution.rounds.CaseProcess` in a process of its own."""
+    """A `dstbench.execution.launchers.base.CaseProcess` in a process of its own."""
 
     def __init__(self, ctx: Any, task: CaseTask, progress: Progress, timeout_s: float, placement: Placement | None = None) -> None:
         self.ctx, self.task, self.progress, self.timeout_s = ctx, task, progress, timeout_s
@@ -172,14 +175,19 @@ class SubprocessCase:
             self.conn.close()
 
 
-class SubprocessLauncher:
+@register_launcher("subprocess")
+class SubprocessLauncher(Launcher):
+    interleaves = True
+
     def __init__(self, timeout_s: float = 3600.0) -> None:
         self.timeout_s = timeout_s
+
+    @classmethod
+    def from_config(cls, config: SubprocessConfig) -> "SubprocessLauncher":
+        return cls(timeout_s=config.timeout_s)
 
     def open(self, task: CaseTask, progress: Progress) -> SubprocessCase:
         return SubprocessCase(_context(), task, progress, self.timeout_s)
 
     def run(self, task: CaseTask, progress: Progress) -> CaseResult:
-        from dstbench.execution.rounds import run_alone
-
         return run_alone(self, task, progress)

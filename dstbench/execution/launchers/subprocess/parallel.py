@@ -33,9 +33,11 @@ from typing import Any, Callable, Iterator
 from dstbench.execution.case_setup import CaseTask, Progress
 from dstbench.suite.cases import Case
 from dstbench.suite.groups import Group
+from dstbench.execution.launchers.base import GroupRun, register_launcher
+from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.execution.launchers.subprocess.placement import CPU_SIDE_BY_SIDE, Placement, placements_for
 from dstbench.execution.launchers.subprocess.launcher import SubprocessCase, SubprocessLauncher, _context
-from dstbench.execution.rounds import GroupRun, run_groups
+from dstbench.execution.rounds import run_groups
 from dstbench.suite.loading import parse_suite
 
 STOP_GRACE_S = 30.0  # how long Ctrl-C waits for the slots to see their processes gone
@@ -91,14 +93,22 @@ class _SlotLauncher(SubprocessLauncher):
         return case
 
 
+@register_launcher("parallel")
 class ParallelLauncher(SubprocessLauncher):
-    """The subprocess launcher, `parallel` groups at once (see the module docstring)."""
+    """The subprocess launcher, `parallel` groups at once (see the module docstring). It still
+    interleaves: the groups it plans are those of a sequential run, each timed in a slot."""
+
+    places_groups = True
 
     def __init__(self, timeout_s: float, parallel: int) -> None:
         super().__init__(timeout_s)
         self.parallel = parallel
         self.placements: list[Placement] | None = None
         self.warning: str | None = None  # what each line says when it was timed beside others on the CPU
+
+    @classmethod
+    def from_config(cls, config: SubprocessConfig) -> "ParallelLauncher":
+        return cls(timeout_s=config.timeout_s, parallel=config.parallel)
 
     def preflight(self, suite: Any) -> list[tuple[str, str]]:
         """Plan the slots on this host; the problems that forbid the run (exit 2) otherwise."""

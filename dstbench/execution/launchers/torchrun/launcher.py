@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from dstbench.suite.cases import Case
-from dstbench.suite.schema import LauncherConfig
+from dstbench.execution.launchers.base import Launcher, register_launcher
 from dstbench.execution.launchers.progress_file import ProgressFile
+from dstbench.execution.launchers.torchrun.config import TorchrunConfig
 from dstbench.results.record import CaseResult
 from dstbench.util.files import slug
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
@@ -61,8 +62,11 @@ def first_failure(results: list[CaseResult], world_size: int) -> CaseResult:
     return worst
 
 
-class TorchrunLauncher:
-    def __init__(self, config: LauncherConfig) -> None:
+@register_launcher("torchrun")
+class TorchrunLauncher(Launcher):
+    """Each case whole under torchrun: it neither interleaves nor places groups."""
+
+    def __init__(self, config: TorchrunConfig) -> None:
         self.config = config
 
     @property

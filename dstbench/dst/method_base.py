@@ -33,11 +33,9 @@ import copy
 import dataclasses
 import math
 import time
-import types
-import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, ClassVar, Union
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +43,10 @@ import torch.nn.functional as F
 from dstbench.util import distributed
 
 from dstbench.dst import phases
-from dstbench.util.text import short_repr
+from dstbench.dst.ddp_sync import DDPSync
+from dstbench.dst.method_params import param_names, parse_params
+from dstbench.dst.update_timing import UpdateTimer
+from dstbench.util.device import synchronize
 from dstbench.models.fused_norms import fuse_block_norms
 from dstbench.dst.optimizer import build_optimizer
 from dstbench.dst.update_schedule import UpdateSchedule
@@ -65,41 +66,6 @@ class SegmentStats:
     topology_ms: float
     # Sub-phases of the updates in this segment (e.g. "resize", "state_remap"), milliseconds.
     topology_detail_ms: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def param_fits(value: Any, hint: Any) -> bool:
-    """Whether a suite value fits a `Params` field's annotation: bools are not numbers, an `int`
-    field takes an integral float (YAML's `1.0e3`), a `float` field any finite number."""
-    if hint is Any:
-        return True
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return any(param_fits(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False
-    if hint is int:
-        return isinstance(value, int) or isinstance(value, float) and value.is_integer()
-    if hint is float:
-        return isinstance(value, (int, float)) and math.isfinite(value)
-    origin = typing.get_origin(hint) or hint
-    return isinstance(value, origin) if isinstance(origin, type) else True
-
-
-def _type_name(hint: Any) -> str:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return " or ".join(_type_name(arg) for arg in typing.get_args(hint))
-    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", type(None): "null"}
-    return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 class Method:
@@ -162,39 +128,20 @@ class Method:
             (lambda: torch.autocast(self.device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
         )
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
-        # (sub-phase, start, end) marks of the update in progress; resolved once it has ended.
-        self._update_marks: list[tuple[str, Any, Any]] | None = None
+        self._update_timer = UpdateTimer(self.device)
         self.distributed = distributed.is_distributed()
-        self._ddp: torch.nn.Module | None = None
-        self._ddp_params: tuple[torch.nn.Parameter, ...] = ()
+        self._ddp = DDPSync()
 
     # -- parameters ---------------------------------------------------------------------------------
     @classmethod
     def param_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls.Params)]
+        return param_names(cls.Params)
 
     @classmethod
     def parse_params(cls, params: dict[str, Any]) -> Any:
-        """The method's `Params` from a suite's `params`: unknown names and values of the wrong type
-        (by the field's annotation) raise TypeError here, out-of-range values ValueError in the
-        `Params`' own `__post_init__`, so a suite is refused before anything runs."""
-        unknown = sorted(set(params) - set(cls.param_names()))
-        if unknown:
-            allowed = ", ".join(cls.param_names()) or "none"
-            raise TypeError(f"method {cls.name!r}: unknown parameter(s) {unknown} (allowed: {allowed})")
-        try:
-            hints = typing.get_type_hints(cls.Params)
-        except Exception:  # a plugin's annotation that does not resolve: its __post_init__ checks
-            hints = {}
-        params = dict(params)  # the caller's mapping is left as it was
-        for name, value in list(params.items()):
-            if name in hints and not param_fits(value, hints[name]):
-                raise TypeError(
-                    f"method {cls.name!r}: parameter {name} must be {_type_name(hints[name])}, got {short_repr(value)}"
-                )
-            if hints.get(name) is int and isinstance(value, float):
-                params[name] = int(value)  # `delta_t: 1.0e2` (YAML reads a float) is the int it names
-        return cls.Params(**params)
+        """The method's `Params` from a suite's `params` (`dstbench.dst.method_params`): a suite
+        with an unknown name or a value of the wrong type is refused before anything runs."""
+        return parse_params(cls.name, cls.Params, params)
 
     # -- the live objects ---------------------------------------------------------------------------
     @property
@@ -208,7 +155,7 @@ class Method:
     @property
     def forward_module(self) -> torch.nn.Module:
         """What the training forward calls: the DDP wrapper of `model` when distributed, else `model`."""
-        return self._model if self._ddp is None else self._ddp
+        return self._model if self._ddp.wrapper is None else self._ddp.wrapper
 
     def prunable(self) -> dict[str, torch.nn.Parameter]:
         """The weights DST acts on (qkv, proj, fc1, fc2 of every block), by parameter name."""
@@ -261,34 +208,16 @@ class Method:
         (synchronous) by the host clock, and the times are read once the update has ended and been
         synchronised as a whole. So a method may open a sub-phase per layer and still pay one sync
         per update, not two per layer."""
-        with phases.phase(name):
-            start = self._clock()
+        with phases.phase(name), self._update_timer.sub_phase(name.rsplit("/", 1)[-1]):
             yield
-            end = self._clock()
-        if self._update_marks is not None:
-            self._update_marks.append((name.rsplit("/", 1)[-1], start, end))
-
-    def _clock(self) -> Any:
-        if self.device.type == "cuda":
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        if self.device.type != "cpu":
-            synchronize(self.device)  # a device without timing events here: sync instead
-        return time.perf_counter()
-
-    @staticmethod
-    def _elapsed_ms(start: Any, end: Any) -> float:
-        if isinstance(start, torch.cuda.Event):
-            return float(start.elapsed_time(end))
-        return (end - start) * 1e3
 
     # -- training -----------------------------------------------------------------------------------
     def train_segment(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], steps: int) -> SegmentStats:
         """Run `steps` training steps from `batches`, with the topology updates that fall due."""
         self.model.train()
         if self.distributed:
-            self._sync_ddp()  # the first segment wraps; a checkpoint load may have resized
+            # The first segment wraps; a checkpoint load may have resized.
+            self._ddp.sync(self._model, self.device, self.ddp_ignored_parameters())
         iterator = batches if isinstance(batches, Iterator) else iter(batches)
         updates_before, ms_before = self.topology_updates, self.topology_ms
         detail_before = dict(self.topology_detail_ms)
@@ -359,47 +288,21 @@ class Method:
     def _run_update(self, step: int) -> None:
         # Updates are rare; synchronising around them is what lets their time be reported.
         synchronize(self.device)
-        self._update_marks = []
+        self._update_timer.begin()
         start = time.perf_counter()
         with phases.phase(phases.TOPOLOGY_UPDATE), torch.no_grad():
             if self.distributed:
                 # Rank 0's state: the update's random draws (ties, random grows, clone noise) agree.
                 distributed.broadcast_generator_(self.generator)
             self.update_topology(step)
-            if self.distributed and self._ddp_stale():
+            if self.distributed and self._ddp.stale(self._model, self.ddp_ignored_parameters()):
                 with self.update_phase(phases.DDP_REBUILD):
-                    self._sync_ddp()
+                    self._ddp.sync(self._model, self.device, self.ddp_ignored_parameters())
         synchronize(self.device)
         self.topology_ms += (time.perf_counter() - start) * 1e3
         self.topology_updates += 1
-        for key, begin, end in self._update_marks:
-            self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + self._elapsed_ms(begin, end)
-        self._update_marks = None
-
-    # -- distributed ----------------------------------------------------------------------------------
-    def _synced_parameters(self) -> tuple[tuple[torch.nn.Parameter, ...], set[str]]:
-        ignored = self.ddp_ignored_parameters()
-        params = tuple(p for name, p in self._model.named_parameters() if p.requires_grad and name not in ignored)
-        return params, ignored
-
-    def _ddp_stale(self) -> bool:
-        """Whether the wrapper no longer synchronises exactly the model's parameters (by identity:
-        a resize installs new Parameter objects). Cheap, and asked only at a segment's start and
-        after an update, never per step."""
-        if self._ddp is None or self._ddp.module is not self._model:
-            return True
-        params, _ = self._synced_parameters()
-        return len(params) != len(self._ddp_params) or any(a is not b for a, b in zip(params, self._ddp_params))
-
-    def _sync_ddp(self) -> None:
-        """(Re)build the DDP wrapper around the model's current parameters when it is stale."""
-        if not self._ddp_stale():
-            return
-        params, ignored = self._synced_parameters()
-        # Drop the old wrapper first: its reducer holds gradient buckets of its own, freed with it.
-        self._ddp, self._ddp_params = None, ()
-        self._ddp = distributed.wrap_ddp(self._model, self.device, ignored)
-        self._ddp_params = params
+        for key, ms in self._update_timer.end().items():
+            self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + ms
 
     # -- checkpoints ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""`dstbench compare BASELINE_RUN CURRENT_RUN`: the run-to-run regression gate. The verdicts are
+`dstbench.gates.compare`'s, the report `dstbench.gates.comparison_text`'s."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dstbench.cli.common import Commands, add_command
+from dstbench.util.exitcodes import EXIT_USAGE
+from dstbench.util.files import output_file_problem, write_atomic
+
+
+def add_parser(commands: Commands) -> None:
+    p = add_command(commands, "compare", "gate a run against a baseline run (time and memory regressions)")
+    p.add_argument("baseline", metavar="BASELINE_RUN", help="the run folder to compare against")
+    p.add_argument("current", metavar="CURRENT_RUN", help="the run folder being judged")
+    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT", help="median time change, in percent, that counts when significant")
+    p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT", help="memory change, in percent, that counts (exact: no test)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the time test (Mann-Whitney U)")
+    p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
+    p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version is an error (exit 2); an inconclusive case fails (exit 1)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    # Loaded here, not at the top: scipy and numpy are for this command alone.
+    from dstbench.gates.compare import CompareInputError, compare_runs, exit_code, load_side
+    from dstbench.gates.comparison_text import render
+
+    try:
+        if args.time_threshold < 0 or args.memory_threshold < 0 or not 0 < args.alpha < 1:
+            raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
+        problem = output_file_problem(args.markdown, "--markdown") if args.markdown else None
+        if problem:
+            raise CompareInputError(problem)
+        comparison = compare_runs(
+            load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
+            memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
+        )
+    except CompareInputError as exc:
+        print(f"dstbench compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(render(comparison, strict=args.strict), end="")
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.markdown, render(comparison, strict=args.strict, markdown=True))
+    return exit_code(comparison, args.strict)

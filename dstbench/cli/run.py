@@ -1,0 +1,113 @@
+"""`dstbench run SUITE`: run a suite into a run folder, then print its table and check its
+expectations (`--dry-run`: show the plan and write nothing)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from dstbench.cli.check import print_run_summary
+from dstbench.cli.common import Commands, add_command, add_selection_arguments, parse_assignments
+from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.util.files import RESULTS_FILE, output_file_problem
+
+
+def add_parser(commands: Commands) -> None:
+    p = add_command(
+        commands, "run", "run a suite into a new run folder, print its table and check its expectations",
+        "Run a suite: validate it, run each case (method, density) in its own process, append one line per "
+        "case to RUN_DIR/results.jsonl, print the table and check the suite's `expect:` gates.",
+    )
+    p.add_argument("suite", metavar="SUITE", help="suite YAML file")
+    add_selection_arguments(p)
+    p.add_argument(
+        "--resume", nargs="?", const=True, metavar="RUN_DIR",
+        help="run only the missing cases of RUN_DIR (without RUN_DIR: the newest run of this suite under --out)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="validate the suite and list the cases it would run; write nothing")
+    p.add_argument("--html", metavar="FILE", help="also write the run's HTML report (as `dstbench report --html`)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the run's Markdown report")
+    p.set_defaults(func=main)
+
+
+def print_plan(plan: Any) -> None:
+    """What `run --dry-run` shows: the suite's settings that decide the cost, and each case."""
+    from tabulate import tabulate
+
+    from dstbench.execution.orchestrator import overrides_text
+
+    suite = plan.suite
+    print(f"suite {suite.name!r} from {plan.suite_path}" + (f" with --set {overrides_text(plan.overrides)}" if plan.overrides else ""))
+    timing = suite.timing
+    what = []
+    if suite.mode in ("speed", "both"):
+        what.append(f"{timing.warmup_steps} warmup steps + {timing.segments} timed segments of {timing.segment_steps} steps")
+    if suite.mode in ("accuracy", "both"):
+        what.append(f"{suite.accuracy.epochs} epochs on {suite.data.name}")
+    if suite.profile.enabled:
+        what.append(f"a profile of {suite.profile.steps} steps")
+    print(f"device {suite.device}, mode {suite.mode}, batch {suite.batch_size}, precision {suite.precision}, "
+          f"model {suite.model.name}; per case: {', then '.join(what)}")
+    print(f"launcher {_launcher_text(suite.launcher)}; reference {suite.reference}; {len(suite.expect)} expectation(s)")
+    done = {c.case_id for c in plan.cases} - {c.case_id for c in plan.todo}
+    rows = [
+        (c.case_id, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
+         "done" if c.case_id in done else "to run")
+        for c in plan.cases
+    ]
+    print()
+    print(tabulate(rows, headers=["case", "method", "kind", "density", "params", "status"], tablefmt="simple", disable_numparse=True))
+    where = f"into {plan.run_dir} (resumed)" if plan.run_dir else "into a new run folder"
+    left_out = len(plan.all_cases) - len(plan.cases)
+    print(f"\n{len(plan.todo)} of {len(plan.cases)} selected cases would run {where}"
+          + (f"; {left_out} more in the suite, not selected" if left_out else "") + ". Nothing was written (--dry-run).")
+
+
+def _launcher_text(launcher: Any) -> str:
+    """'subprocess (timeout 3600 s, 4 cases at once)', 'submitit (slurm, job limit 62 min, partition gpu)'."""
+    parts = [f"timeout {launcher.timeout_s:g} s"]
+    if launcher.name == "submitit":
+        parts = [launcher.cluster, f"job limit {launcher.job_minutes:g} min"]
+        parts += [f"{k} {getattr(launcher, k)}" for k in ("partition", "account", "gpus_per_node") if getattr(launcher, k)]
+    if launcher.name == "subprocess" and launcher.parallel > 1:  # only subprocess has `parallel`
+        parts.append(f"{launcher.parallel} cases at once")
+    return f"{launcher.name} ({', '.join(parts)})"
+
+
+def main(args: argparse.Namespace) -> int:
+    from dstbench.suite.loading import SuiteError
+    from dstbench.execution.orchestrator import plan_run, run_suite
+
+    # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
+    console = Console(stderr=True, soft_wrap=True)
+    # Outputs are checked first: a report that cannot be written must not be found out after the run.
+    problems = [output_file_problem(path, option) for option, path in (("--html", args.html), ("--markdown", args.markdown)) if path]
+    if any(problems):
+        console.print("\n".join(p for p in problems if p), style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    try:
+        overrides = parse_assignments(args.set)
+    except ValueError as exc:  # a malformed --set
+        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    selection = dict(out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
+                     overrides=overrides)
+    try:
+        if args.dry_run:
+            print_plan(plan_run(args.suite, **selection))
+            return EXIT_OK
+        run_dir = run_suite(args.suite, console=console, **selection)
+    except SuiteError as exc:
+        console.print(str(exc), style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    # The exit code covers the cases this command selected (with --resume: finished earlier too).
+    code = print_run_summary(run_dir, console, (args.only, args.density))
+    if (args.html or args.markdown) and (run_dir / RESULTS_FILE).exists():
+        # The report of this run, written whatever its gates said: a failed gate is worth reading.
+        from dstbench.cli.report import main as report_main
+
+        report = argparse.Namespace(run_dirs=[run_dir], html=args.html, markdown=args.markdown, reference=None)
+        code = max(code, report_main(report))
+    return code

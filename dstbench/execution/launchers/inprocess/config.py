@@ -1,0 +1,31 @@
+"""`launcher: {name: inprocess}`: the keys of the in-process launcher (`launcher`).
+
+A leaf module (pydantic only): the suite schema reads it (`dstbench.execution.launchers.config`),
+so it sits in the schema's layer and imports nothing above it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, PositiveFloat
+
+
+class InProcessConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    summary: ClassVar[str] = "cases in the calling process"
+
+    name: Literal["inprocess"] = "inprocess"
+    # Not enforced (a case in this process cannot be stopped); accepted so that a suite switches to
+    # inprocess to debug (`--set launcher.name=inprocess`) without editing its timeout.
+    timeout_s: PositiveFloat = 3600.0
+
+    @property
+    def launcher_name(self) -> str:
+        """The registered launcher that runs this config (`dstbench.execution.launchers.base`)."""
+        return self.name
+
+    @property
+    def case_launcher(self) -> str:
+        """How a case's own process(es) start: here, in this process."""
+        return self.name

@@ -1,0 +1,58 @@
+"""`launcher: {name: submitit}`: the keys of the submitit launcher (`launcher`): each case a
+cluster job; Slurm's own names where it has one.
+
+A leaf module (pydantic only): the suite schema reads it (`dstbench.execution.launchers.config`),
+so it sits in the schema's layer and imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+
+class SubmititConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    summary: ClassVar[str] = "a cluster job per case"
+
+    name: Literal["submitit"] = "submitit"
+    timeout_s: PositiveFloat = 3600.0
+    # A case with several ranks runs them under torchrun on its job's node (one node per job).
+    nproc_per_node: PositiveInt = 1
+    cluster: Literal["slurm", "local"] = "slurm"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    gpus_per_node: int = Field(0, ge=0)
+    cpus_per_task: PositiveInt | None = None
+    mem_gb: PositiveFloat | None = None
+    timeout_min: PositiveFloat | None = None  # the job's time limit; default: timeout_s, rounded up, + 2 min
+    array_parallelism: PositiveInt | None = None  # jobs running at once (default: Slurm's limit; local: 1)
+    sbatch: dict[str, Union[str, int, bool]] = {}  # more sbatch options, e.g. {exclusive: true, mail-type: END}
+    setup: list[str] = []  # shell lines the job runs first (module load, source a venv)
+
+    @model_validator(mode="after")
+    def _ranks_fit_gpus(self) -> "SubmititConfig":
+        if self.gpus_per_node and self.nproc_per_node > self.gpus_per_node:
+            raise ValueError(f"nproc_per_node: {self.nproc_per_node} ranks need as many GPUs; gpus_per_node is {self.gpus_per_node}")
+        return self
+
+    @property
+    def launcher_name(self) -> str:
+        """The registered launcher that runs this config (`dstbench.execution.launchers.base`)."""
+        return self.name
+
+    @property
+    def case_launcher(self) -> str:
+        """How a case's own process(es) start inside its job: under torchrun when it has several
+        ranks, else in the job's process."""
+        return "torchrun" if self.nproc_per_node > 1 else self.name
+
+    @property
+    def job_minutes(self) -> float:
+        """A job's time limit in minutes: `timeout_min`, else the case's `timeout_s` plus 2
+        minutes for the job's start and Slurm's warning signal (which ends the case as `timeout`)."""
+        return self.timeout_min if self.timeout_min is not None else math.ceil(self.timeout_s / 60) + 2

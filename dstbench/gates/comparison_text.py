@@ -1,0 +1,97 @@
+"""A `Comparison` as text: the table of matched cases and the whole report `dstbench compare`
+prints, on the terminal or as Markdown (a pull-request comment), ending in the gate's verdict."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code
+from dstbench.suite.cases import case_id
+from dstbench.util.exitcodes import EXIT_FAILED, EXIT_USAGE
+from dstbench.util.text import percent
+
+
+def _time_cell(t: TimeVerdict | None) -> str:
+    if t is None:
+        return "—"
+    return f"{t.baseline_ms:.1f} -> {t.current_ms:.1f} ms ({t.ratio:.3f}x, p={t.p_value:.3g})"
+
+
+def _memory_cell(c: CaseComparison, metric: str) -> str:
+    for m in c.memory:
+        if m.metric == metric:
+            return f"{m.current:,} ({percent(m.change, digits=2, signed=True)})" if m.change else f"{m.current:,} (=)"
+    return "—"
+
+
+def _verdict_cell(c: CaseComparison) -> str:
+    if c.regressions:
+        return "REGRESSION: " + ", ".join(c.regressions)
+    if c.improvements:
+        return "improved: " + ", ".join(c.improvements) + ("; INCONCLUSIVE: time" if c.inconclusive else "")
+    if c.inconclusive:
+        return "INCONCLUSIVE: time (beyond the threshold, not significant)"
+    if c.baseline_status != "ok" or c.current_status != "ok":
+        return f"not compared ({c.baseline_status} -> {c.current_status})"
+    return "ok"
+
+
+def table(comparison: Comparison, fmt: str = "simple") -> str:
+    """One row per matched case; `fmt` is a tabulate format ("simple", "github")."""
+    memory_only = comparison.settings["memory_only"]
+    with_peak = any(m.metric == "peak" for c in comparison.cases for m in c.memory)
+    headers = ["case"] + ([] if memory_only else ["time (median per segment)"])
+    headers += (["peak bytes"] if with_peak else []) + ["state bytes", "activation bytes", "verdict", "notes"]
+    rows = []
+    for c in comparison.cases:
+        row = [c.case] + ([] if memory_only else [_time_cell(c.time)])
+        row += ([_memory_cell(c, "peak")] if with_peak else [])
+        row += [_memory_cell(c, "state"), _memory_cell(c, "activation"), _verdict_cell(c), "; ".join(c.notes)]
+        rows.append(row)
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
+def render(comparison: Comparison, *, strict: bool = False, markdown: bool = False) -> str:
+    """The whole report: settings, environment warnings, the table, one-sided cases, a summary."""
+    s = comparison.settings
+    gates = f"memory +/-{s['memory_threshold']:g}%"
+    if not s["memory_only"]:
+        gates = f"time +/-{s['time_threshold']:g}% and Mann-Whitney p < {s['alpha']:g}; " + gates
+    lines = [("## " if markdown else "") + "dstbench compare", ""]
+    for label, side in (("baseline", comparison.baseline), ("current", comparison.current)):
+        where = f"`{side.path}`" if markdown else str(side.path)
+        lines.append(f"{'- ' if markdown else ''}{label}: {where} (commit {side.meta.get('commit') or 'unknown'})")
+    lines += [f"{'- ' if markdown else ''}gates: {gates}", ""]
+    for difference in comparison.env_differences:
+        lines.append(f"{'ERROR' if strict else 'WARNING'}: {difference}")
+    if comparison.env_differences:
+        lines.append("")
+    lines.append(table(comparison, "github" if markdown else "simple"))
+    for label, keys in (("only in baseline", comparison.only_baseline), ("only in current", comparison.only_current)):
+        if keys:
+            lines += ["", f"{label} (not compared): " + ", ".join(f"{case_id(k[1], k[2])} [suite {k[0]}]" for k in keys)]
+    regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
+    lines += [
+        "",
+        f"{len(comparison.cases)} cases compared: {len(regressed)} regressed, {len(improved)} improved, "
+        f"{len(inconclusive)} inconclusive"
+        + (" (--strict: a failure)" if strict and inconclusive else "")
+        + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
+    ]
+    verdict = overall_verdict(comparison, strict)
+    lines += ["", f"**Verdict: {verdict}**" if markdown else f"verdict: {verdict}"]
+    return "\n".join(lines) + "\n"
+
+
+def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
+    """The gate's answer in one line, as the exit code gives it: PASS, FAIL (and which cases
+    regressed in what) or ERROR (incomparable environments under --strict)."""
+    code = exit_code(comparison, strict)
+    if code == EXIT_USAGE:
+        return "ERROR: the runs' environments differ (--strict)"
+    if code == EXIT_FAILED:
+        parts = [f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed]
+        if strict:
+            parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]
+        return "FAIL: " + "; ".join(parts)
+    return f"PASS: no regression in {len(comparison.cases)} cases"

@@ -1,0 +1,22 @@
+"""The accuracy track's figures: top-1 and top-5 on the test split after training, the epochs, the
+training time and the accuracy curve. `dstbench.execution.accuracy_track.measure_accuracy` trains,
+evaluates and writes them (with the training fields of `TrainingStats` for its own run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dstbench.measure.trackers.base import LARGEST, LATEST, RANK0, ResultField, Tracker
+
+
+class AccuracyTrack(Tracker):
+    """Declares the accuracy track's fields; the track itself is a whole training run, not a
+    with-block around the timed segments."""
+
+    fields = (
+        ResultField("top1", float | None, LATEST, RANK0, "top-1 accuracy on the test split", default=None, per_rank=True),
+        ResultField("top5", float | None, LATEST, RANK0, "top-5 accuracy (None with 5 classes or fewer)", default=None),
+        ResultField("epochs", int | None, LATEST, RANK0, "epochs trained", default=None),
+        ResultField("train_time_s", float | None, LATEST, LARGEST, "seconds of training", default=None, per_rank=True),
+        ResultField("curve", list[dict[str, Any]] | None, LATEST, RANK0, "one point per evaluation", default=None),
+    )

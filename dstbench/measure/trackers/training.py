@@ -1,0 +1,60 @@
+"""What the method did in the timed segments: density reached, topology updates and their time, the
+last segment's loss, how inputs were produced, and the method's own extras."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dstbench.measure.trackers.base import (
+    COUNT, LARGEST, LATEST, MEAN, RANK0, TOTAL, TOTAL_BY_KEY, ResultField, Tracker,
+)
+
+if TYPE_CHECKING:
+    from dstbench.dst.method_base import Method, SegmentStats
+
+
+class TrainingStats(Tracker):
+    """Each timed segment's `SegmentStats` (`add`); `write` sums their updates and reads the
+    method's density and extras. The accuracy track writes these fields for its own training."""
+
+    fields = (
+        ResultField("density_achieved", float | None, LATEST, RANK0, "the density the method's weights have",
+                    default=None, per_rank=True),
+        ResultField("topology_updates", int | None, COUNT, RANK0, "topology updates in the timed segments", default=None),
+        ResultField("topology_ms", float | None, TOTAL, LARGEST, "milliseconds of those updates", default=None,
+                    per_rank=True),
+        ResultField("topology_detail_ms", dict[str, float] | None, TOTAL_BY_KEY, RANK0,
+                    "topology_ms by sub-phase (e.g. resize, state_remap)", default=None),
+        # The mean over ranks is the global batch's loss: the ranks' batches are the same size.
+        ResultField("loss", float | None, LATEST, MEAN, "training loss of the last timed segment", default=None,
+                    per_rank=True),
+        ResultField("data_loading", str | None, LATEST, RANK0, "how the training inputs were produced", default=None),
+        ResultField("method_extras", dict[str, Any], LATEST, RANK0, "the method's own figures, with step totals",
+                    default_factory=dict),
+    )
+
+    def __init__(self, method: Method, data_loading: str | None) -> None:
+        self.method = method
+        self.data_loading = data_loading
+        self.stats: list[SegmentStats] = []
+
+    def add(self, stats: SegmentStats) -> None:
+        self.stats.append(stats)
+
+    def write(self, line: Any) -> None:
+        method = self.method
+        detail: dict[str, float] = {}
+        for s in self.stats:
+            for key, ms in s.topology_detail_ms.items():
+                detail[key] = detail.get(key, 0.0) + ms
+        line.density_achieved = method.density()
+        line.topology_updates = sum(s.topology_updates for s in self.stats)
+        line.topology_ms = sum(s.topology_ms for s in self.stats)
+        line.topology_detail_ms = detail
+        line.loss = self.stats[-1].loss if self.stats else None
+        line.data_loading = self.data_loading
+        line.method_extras = {
+            **method.result_extras(),
+            "steps_total": method.step,
+            "topology_updates_total": method.topology_updates,
+        }

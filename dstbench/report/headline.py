@@ -1,0 +1,64 @@
+"""What a report says first: the reference its figures are compared against (`dstbench report`,
+`check`, `run` and `publish` pick it the same way, so their tables agree) and the headline lines
+printed above the tables."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from dstbench.results.derive import data_loading, headline, run_warnings
+from dstbench.results.run_folder import run_reference
+
+
+def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | None) -> tuple[str | None, str]:
+    """The reference to compare against and, when none can be used, why."""
+    methods = list(pd.unique(frame["method"]))
+    if requested:
+        return (requested, "") if requested in methods else (None, f"--reference {requested!r} is not among the methods ({', '.join(map(str, methods))})")
+    found = [r for r in (run_reference(d) for d in run_dirs) if r]
+    if found and found[0] in methods:
+        if len(set(found)) > 1:
+            print(f"runs name different references ({', '.join(sorted(set(found)))}); comparing against {found[0]}", file=sys.stderr)
+        return found[0], ""
+    return ("dense", "") if "dense" in methods else (str(methods[0]), "")
+
+
+def headline_text(derived: pd.DataFrame) -> str:
+    """The best speedup and memory reduction, the cases and expectations tallied, and warnings."""
+    from dstbench.report.expectations import counts, coverage_notes, run_verdicts
+
+    h = headline(derived)
+    lines = []
+    if h["speedup"]:
+        s = h["speedup"]
+        dense = s.get("vs_dense")
+        basis = f", {s['basis']}" if s.get("basis") else ""
+        lines.append(
+            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
+            f"{s['ci']}{basis}{', contended' if s.get('contended') else ''})"
+            + (f"; vs dense {dense['value']:.2f}x ({dense['ci']})" if dense else "")
+        )
+    if h["memory"]:
+        m = h["memory"]
+        harness = "; " + ", ".join(h["harness"]) + " for every method" if h.get("harness") else ""
+        lines.append(
+            f"best memory reduction vs {h['reference']}: {m['value'] * 100:.1f}% ({m['method']} at density "
+            f"{m['density']:g}, {m['basis']}{harness})"
+        )
+    lines.append(f"cases: {h['cases'] - h['failed']} of {h['cases']} ok" + (f", {h['failed']} failed" if h["failed"] else ""))
+    for note in coverage_notes(derived):
+        lines.append(f"{'INCOMPLETE RUN' if note['incomplete'] else 'selection'} {note['run']}: {note['summary']}")
+    tally = counts(run_verdicts(derived))
+    if any(tally.values()):
+        lines.append(
+            f"expectations: {tally['PASS']} of {tally['PASS'] + tally['FAIL']} passed"
+            + (f", {tally['FAIL']} failed" if tally["FAIL"] else "") + (f", {tally['SKIPPED']} skipped" if tally["SKIPPED"] else "")
+        )
+    loading = data_loading(derived)
+    if loading:
+        lines.append(f"data loading: {' | '.join(loading)}")
+    lines += [f"WARNING {w}" for w in run_warnings(derived)]
+    return "\n".join(lines)
+

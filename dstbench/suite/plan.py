@@ -1,0 +1,172 @@
+"""The plan of a run: which cases a suite has, which were selected, the groups they are timed in,
+which cases several groups share, and, given the lines a run folder already holds, which groups are
+still to time. Computed once from the suite, the selection and the resume state; reads no file.
+
+The execution layer (`dstbench.execution.orchestrator`) loads the suite and the run folder, asks
+the launcher what it can do, and hands both here (`make_plan`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import dstbench.methods as catalog
+from dstbench.suite.cases import Case
+from dstbench.suite.groups import Group, group_done, plan_groups, shared_cases
+from dstbench.suite.loading import SuiteError
+from dstbench.suite.schema import SuiteConfig
+
+
+# Suite keys that may change between a run and its --resume: none of them changes how a finished
+# case was measured. Methods and densities may also be added (never removed or changed).
+RESUME_MAY_CHANGE = ("description", "expect", "reference")
+
+
+# Where and when a cluster job runs, not how its case is measured: a resumed run may move to
+# another partition or account, or get a longer time limit.
+RESUME_MAY_CHANGE_LAUNCHER = ("partition", "account", "qos", "constraint", "array_parallelism", "timeout_min", "sbatch", "setup")
+
+
+def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: list[float] | None = None) -> list[Case]:
+    """Cases in run order: density by density, methods in suite order within each.
+
+    `only` keeps the listed method labels; `densities` keeps the listed densities (dense is kept
+    whenever it is selected, since it has no density of its own).
+    """
+    cases: list[Case] = []
+    for spec in suite.methods:
+        if only and spec.key not in only:
+            continue
+        info = catalog.method_info(spec.name)
+        wanted = suite.method_densities(spec)  # dense: 1.0; else the method's own or the suite's
+        for density in wanted:
+            if densities and info.kind != "dense" and density not in densities:
+                continue
+            cases.append(Case(spec.key, spec.name, info.kind, density, dict(spec.params)))
+    # Dense first, then by descending density, so a long run has its baselines early.
+    return sorted(cases, key=lambda c: (c.kind != "dense", -c.density))
+
+
+def check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> None:
+    """`--only` and `--density` must name what the suite has (a typo would silently run nothing)."""
+    problems = []
+    known = [m.key for m in suite.methods]
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        problems.append(("--only", f"not in the suite: {unknown} (suite has: {', '.join(sorted(known))})"))
+    strays = [d for d in densities or () if not any(math.isclose(d, s) for s in suite.densities)]
+    if strays:
+        allowed = ", ".join(f"{d:g}" for d in suite.densities)
+        problems.append(("--density", f"not in the suite: {', '.join(f'{d:g}' for d in strays)} (suite has: {allowed})"))
+    if problems:
+        raise SuiteError(str(suite_path), problems)
+
+
+def select_cases(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> list[Case]:
+    """The selected cases, in run order; `SuiteError` when the selection is unusable."""
+    check_selection(suite, suite_path, only, densities)
+    cases = expand_cases(suite, only, densities)
+    if not cases:
+        raise SuiteError(str(suite_path), [("", "the selection leaves no case to run")])
+    return cases
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """What `dstbench run` would do: the suite as validated, every case of it, the selected ones,
+    the run folder to resume (None: a new one), the selected cases it still lacks, the launcher and
+    the groups the selected cases are timed in."""
+
+    suite: SuiteConfig
+    suite_path: Path
+    overrides: dict[str, Any]
+    all_cases: list[Case]
+    cases: list[Case]
+    run_dir: Path | None
+    todo: list[Case]
+    launcher: Any
+    groups: list[Group]
+    shared: set[str]  # the cases timed in several groups of the whole suite (dense)
+
+
+def timing_groups(suite: SuiteConfig, cases: list[Case], *, can_interleave: bool) -> list[Group]:
+    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode when the suite asks
+    for it and the launcher can hold live cases side by side."""
+    interleave = suite.timing.interleave and suite.mode == "speed" and can_interleave
+    return plan_groups(cases, suite.reference, interleave=interleave)
+
+
+def make_plan(
+    suite: SuiteConfig,
+    suite_path: Path,
+    overrides: dict[str, Any],
+    *,
+    only: list[str] | None,
+    densities: list[float] | None,
+    can_interleave: bool,
+    launcher: Any,
+    run_dir: Path | None,
+    lines: dict[str, dict[str, Any]],
+) -> RunPlan:
+    """The plan for `suite` with this selection, for a launcher that can (or cannot) interleave,
+    resuming a run folder that holds `lines` (empty for a new run). Raises `SuiteError` when the
+    selection names what the suite lacks or leaves nothing to run."""
+    cases = select_cases(suite, suite_path, only, densities)
+    groups = timing_groups(suite, cases, can_interleave=can_interleave)
+    all_cases = expand_cases(suite)
+    # Shared across the whole suite, not the selection: with one density selected dense sits in one
+    # group, yet its line holds the other densities' segments too (`--resume --density`).
+    shared = shared_cases(timing_groups(suite, all_cases, can_interleave=can_interleave))
+    todo = cases_of(pending_groups(groups, lines, shared))
+    return RunPlan(suite, suite_path, overrides, all_cases, cases, run_dir, todo, launcher, groups, shared)
+
+
+
+def pending_groups(groups: list[Group], lines: dict[str, dict[str, Any]], shared: set[str] | None = None) -> list[Group]:
+    """The groups whose cases still need timing, given the run folder's `lines` (the last line of
+    each case id): a group not done is timed again whole (dstbench.suite.groups), and its cases'
+    lines are then replaced. `shared`: as `RunPlan.shared` (default: the cases shared by `groups`)."""
+    shared = shared_cases(groups) if shared is None else shared
+    return [g for g in groups if not group_done(g, lines, shared)]
+
+
+def cases_of(groups: list[Group]) -> list[Case]:
+    """The distinct cases of `groups`, in order (dense belongs to several)."""
+    return list({c.case_id: c for g in groups for c in g.cases}.values())
+
+
+_ABSENT = object()
+
+
+def _diff(old: Any, new: Any, key: str) -> list[str]:
+    """Dotted keys whose values differ between two suite dumps."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [k for sub in keys for k in _diff(old.get(sub, _ABSENT), new.get(sub, _ABSENT), f"{key}.{sub}" if key else sub)]
+    return [] if old == new else [key]
+
+
+def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
+    """Why `current` may not add cases to a run made with `stored`: each entry names a setting whose
+    change would leave the run folder with cases measured under different settings. Empty when only
+    `RESUME_MAY_CHANGE` keys changed and methods or densities were only added."""
+    old, new = stored.model_dump(mode="json"), current.model_dump(mode="json")
+    fixed = set(old) | set(new)
+    fixed -= {*RESUME_MAY_CHANGE, "methods", "densities"}
+    conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
+    free = {f"launcher.{k}" for k in RESUME_MAY_CHANGE_LAUNCHER}
+    conflicts = [k for k in conflicts if not any(k == f or k.startswith(f + ".") for f in free)]
+    old_specs = {m.key: m.model_dump(mode="json") for m in stored.methods}
+    new_specs = {m.key: m.model_dump(mode="json") for m in current.methods}
+    for key, spec in old_specs.items():
+        if key not in new_specs:
+            conflicts.append(f"methods: {key} removed (select methods with --only instead)")
+        else:
+            conflicts += [f"methods[{key}].{k}" for k in _diff(spec, new_specs[key], "")]
+    for density in stored.densities:
+        if not any(math.isclose(density, d) for d in current.densities):
+            conflicts.append(f"densities: {density:g} removed (select densities with --density instead)")
+    return conflicts
