@@ -71,10 +71,13 @@ def test_segments_of_a_group_alternate_and_lines_carry_their_group(tmp_path: Pat
         for start, r, g in zip(line["segment_start_s"], line["segment_round"], line["segment_group"], strict=True)
         if g == group_id
     )
-    # Recorded start times: one segment of each case per round, in the group's order, round after round.
-    assert [(r, case) for _, r, case in samples] == [
-        (r, case) for r in range(3) for case in ("rigl@0.5", "dense@1", "set@0.5")
-    ]
+    # Recorded start times: one segment of each case per round, round after round, the group's
+    # order rotated by one each round (rounds 0-1 in the first process set, 2 in the second).
+    order = ("rigl@0.5", "dense@1", "set@0.5")
+    assert [(r, case) for _, r, case in samples] == [(r, order[(r + k) % 3]) for r in range(3) for k in range(3)]
+    for line in lines.values():
+        assert line["segment_process"] == [0, 0, 1] and len(line["settle_ms"]) == 2  # one per set
+        assert sorted(line["segment_slot"]) != [0, 0, 0] and len(set(line["segment_slot"])) == 3
     for line in lines.values():
         noise = line["noise"]
         assert len(noise["cpu_share"]) == len(noise["involuntary_switches"]) == len(line["segment_ms"]) == 3

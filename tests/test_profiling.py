@@ -145,7 +145,9 @@ def test_the_profiled_steps_end_in_a_scheduled_update_after_the_timed_ones(profi
     line = profiled["lines"]["profiling_toy"]
     update = line["profile"]["update"]
     timed_and_warmup = line["method_extras"]["steps_total"]  # recorded before profiling began
-    assert len(line["segment_ms"]) == 2 and timed_and_warmup == 2 + 2 * 3
+    # The last process set's steps: 2 warm-up, 1 round trained untimed (the first set's), 1 settling
+    # segment, its 1 timed round, of 3 steps each.
+    assert len(line["segment_ms"]) == 2 and timed_and_warmup == 2 + (1 + 1 + 1) * 3
     assert update["how"] == "scheduled" and update["step"] % UPDATE_EVERY == 0
     assert update["step"] - line["profile"]["steps"] > timed_and_warmup
     assert update["updates_in_window"] == 1

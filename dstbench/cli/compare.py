@@ -16,9 +16,13 @@ def add_parser(commands: Commands) -> None:
     p = add_command(commands, "compare", "gate a run against a baseline run (time and memory regressions)")
     p.add_argument("baseline", metavar="BASELINE_RUN", help="the run folder to compare against")
     p.add_argument("current", metavar="CURRENT_RUN", help="the run folder being judged")
-    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT", help="median time change, in percent, that counts when significant")
+    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT", help="time change, in percent, that counts when significant")
     p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT", help="memory change, in percent, that counts (exact: no test)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the time test (Mann-Whitney U)")
+    p.add_argument("--alpha", type=float, default=0.05, help="family-wise significance level of the time tests (Holm over the cases)")
+    p.add_argument("--time-basis", choices=("auto", "relative", "absolute"), default="auto",
+                   help="relative: each case's time relative to its own run's dense, round by round, which cancels "
+                   "machine-wide shifts (dense itself is not gated); absolute: each case's own times; auto (default): "
+                   "relative where both runs have the case's dense, else absolute")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
     p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version is an error (exit 2); an inconclusive case fails (exit 1)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
@@ -39,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
         comparison = compare_runs(
             load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
             memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
+            time_basis=args.time_basis,
         )
     except CompareInputError as exc:
         print(f"dstbench compare: {exc}", file=sys.stderr)

@@ -62,11 +62,15 @@ CUDA_CONTEXT_ALLOWANCE_BYTES = 768 * 2**20
 @dataclasses.dataclass
 class SegmentTag:
     """What the launcher says about a segment it asks for: the interleaved group's id, the round,
-    and the pids of the group's processes (which are not "other processes on the GPU")."""
+    the pids of the group's processes (which are not "other processes on the GPU"), the process set
+    and the case's place in the round."""
 
     group: str = ""
     round: int = 0
     group_pids: tuple[int, ...] = ()
+    process: int = 0  # the process set of the group that times this round
+    slot: int = 0  # the case's place in this round's order
+    settle: bool = False  # an untimed settling segment before the first round (not a sample)
 
 
 class CaseSession:
@@ -87,7 +91,8 @@ class CaseSession:
         self.threads = resolve_threads(self.suite.threads)
         self.result = base_result(self.suite, self.case)
         self.timed = self.suite.mode in ("speed", "both")
-        self.segments = self.suite.timing.segments if self.timed else 0
+        # This process set's share of the rounds (dstbench.execution.rounds): all of them by default.
+        self.segments = (self.suite.timing.segments if task.rounds is None else task.rounds) if self.timed else 0
         self.method: Method | None = None
         self.batches: Any = None
         self._spanning = contextlib.ExitStack()  # the trackers entered in `open` and left in `finish`
@@ -121,6 +126,10 @@ class CaseSession:
             method.train_segment(self.batches, 1)
         if timing.warmup_steps > 1:
             method.train_segment(self.batches, timing.warmup_steps - 1)
+        if first := self.task.first_round:
+            # A later process set trains, untimed, the steps the earlier sets' rounds timed, so its
+            # round r covers the same training steps (and scheduled updates) as in one process.
+            method.train_segment(self.batches, first * timing.segment_steps)
         self.progress("warmup", timing.warmup_steps, timing.warmup_steps)
         synchronize(device)
         flops.write(result)
@@ -141,6 +150,11 @@ class CaseSession:
         """Time one segment; returns its milliseconds, start time and noise sample."""
         assert self.method is not None, "segment() before open() or in an accuracy-only case"
         tag = tag or SegmentTag()
+        if tag.settle:
+            with SegmentTimer(self.device) as timer:
+                self.method.train_segment(self.batches, self.suite.timing.segment_steps)
+            self._times.add_settle(timer.elapsed_ms)
+            return {"ms": timer.elapsed_ms, "settle": True}
         index = self._times.count
         if index == 0:
             # Alone on the device, one energy window spans every segment; interleaved, the group's
@@ -155,8 +169,9 @@ class CaseSession:
                     stats = self.method.train_segment(self.batches, self.suite.timing.segment_steps)
         self._noise.add(noise)
         self._training.add(stats)
-        self._times.add(timer.elapsed_ms, started, tag.group, tag.round)
-        self.progress("segment", index + 1, self.segments)
+        self._times.add(timer.elapsed_ms, started, tag.group, tag.round, tag.process, tag.slot)
+        # Counted over every process set's rounds: a later set goes on from where the earlier stopped.
+        self.progress("segment", self.task.first_round + index + 1, self.suite.timing.segments)
         return {"ms": timer.elapsed_ms, "start_s": started, "noise": noise.sample}
 
     def _speed_figures(self) -> None:
@@ -175,11 +190,12 @@ class CaseSession:
         suite, result, device = self.suite, self.result, self.device
         if self.timed:
             self._speed_figures()
-        if suite.mode in ("accuracy", "both"):
+        # The accuracy track and the profile run once per case: in its last process set.
+        if suite.mode in ("accuracy", "both") and self.task.extras:
             from dstbench.execution.accuracy_track import measure_accuracy
 
             measure_accuracy(suite, self.case, device, result, Path(self.task.run_dir), self.progress, resume=self.task.resume)
-        if suite.profile.enabled:
+        if suite.profile.enabled and self.task.extras:
             from dstbench.measure.profiling import profile_case
 
             run_dir = Path(self.task.run_dir)
@@ -203,8 +219,12 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
     with use_threads(session.threads):
         try:
             session.open()
+            pids = (os.getpid(),)
+            for _ in range(session.suite.timing.settle_segments if session.segments else 0):
+                session.segment(SegmentTag(group=group, group_pids=pids, process=task.process, settle=True))
             for index in range(session.segments):
-                session.segment(SegmentTag(group=group, round=index, group_pids=(os.getpid(),)))
+                tag = SegmentTag(group=group, round=task.first_round + index, group_pids=pids, process=task.process)
+                session.segment(tag)
             result = session.finish()
             result.groups = [group]
             return result

@@ -36,6 +36,13 @@ class CaseTask:
     case: dict[str, Any]
     run_dir: str
     resume: bool = False  # continue an accuracy case from its last checkpoint
+    # Which share of the rounds this process times (dstbench.execution.rounds): its process set,
+    # its first round and how many (None: every round), and whether it also runs the case's
+    # accuracy track and profile (the last set does).
+    process: int = 0
+    first_round: int = 0
+    rounds: int | None = None
+    extras: bool = True
 
 
 def resolve_device(name: str) -> torch.device:

@@ -1,13 +1,21 @@
-"""Interleaved rounds: a group's cases time their segments in turn, A B C A B C ..., each in its own
-live process, one running at a time.
+"""Interleaved rounds: a group's cases time their segments in turn, A B C, B C A, ..., each in its
+own live process, one running at a time.
 
-The launcher starts the group's cases one after another (each builds its method and warms up while
-the others wait), then asks each for one segment per round, in the group's order, and at the end
-asks each to finish (memory, density, extras) and lets its process exit. Whatever the machine does
-during a round lands on every case of the group alike, and a method's round r pairs with its
-reference's round r. A case that fails (error, crash, out of memory, time-out) leaves the rounds;
-the others go on. A time-out counts the case's own active time only (start, warm-up, its segments,
-finish), not the time it waits while the others run.
+Process sets. The rounds are spread over `timing.processes` sets of fresh processes (all of a
+group's cases restarted together), so each case is timed in several processes and a process's own
+speed offset shows in the samples (`segment_process`) and the interval
+(`dstbench.results.intervals`). A later set trains, untimed, up to its first round, so round r covers
+the same training steps in every set; the accuracy track and the profile run in the last set.
+
+In each set the launcher starts the group's cases one after another (each builds its method and
+warms up while the others wait), has each run `timing.settle_segments` untimed segments (the first
+round after that wait ran slow), then asks each for one segment per round in the round's order
+(`timing.round_order`: rotated by one per round by default, so no case always follows the same
+one), and at the end asks each to finish (memory, density, extras) and lets its process exit.
+Whatever the machine does during a round lands on every case of the group alike, and a method's
+round r pairs with its reference's round r. A case that fails (error, crash, out of memory,
+time-out) leaves the rounds, and later sets; the others go on. A time-out counts the case's own
+active time only (start, warm-up, its segments, finish), not the time it waits while the others run.
 
 Device memory. The group's processes are alive together, so on CUDA the scheduler estimates before
 starting each one whether it fits: the largest footprint of the cases started so far (allocator
@@ -18,17 +26,19 @@ case that still runs out of memory while others of its group are alive is timed 
 afterwards, so interleaving never causes an `oom` that a sequential run would not.
 
 A launcher that does not interleave (torchrun: `Launcher.interleaves` false) runs each case of a group
-whole, one after another.
+whole, one after another, once per process set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any, Callable, Iterator
 
 from dstbench.execution.case_setup import CaseTask, Progress
 from dstbench.suite.cases import Case
 from dstbench.suite.groups import Group, new_group_id, split
+from dstbench.results.merge import merge_shared
 from dstbench.results.record import CaseResult
 from dstbench.execution.case_session import SegmentTag
 from dstbench.execution.launchers.base import CaseProcess, GroupRun, Launcher
@@ -46,6 +56,30 @@ def fits(readies: list[dict[str, Any]], still_to_start: int) -> bool:
     return memory[-1]["free_bytes"] >= footprint * still_to_start * FIT_MARGIN
 
 
+def process_shares(rounds: int, processes: int) -> list[tuple[int, int]]:
+    """(first round, rounds) of each process set: `rounds` split as evenly as they go, in order."""
+    processes = max(1, min(processes, rounds)) if rounds else 1
+    base, extra = divmod(rounds, processes)
+    shares, first = [], 0
+    for index in range(processes):
+        count = base + (index < extra)
+        shares.append((first, count))
+        first += count
+    return shares
+
+
+def round_order(cases: int, round_index: int, order: str, seed: int) -> list[int]:
+    """The indices of a group's cases in the order round `round_index` times them: rotated by one
+    per round, shuffled (seeded by the suite's seed and the round), or as listed."""
+    indices = list(range(cases))
+    if order == "rotate" and cases:
+        shift = round_index % cases
+        return indices[shift:] + indices[:shift]
+    if order == "shuffle":
+        random.Random(f"{seed}:{round_index}").shuffle(indices)
+    return indices
+
+
 @dataclasses.dataclass
 class TimedGroup:
     results: list[CaseResult]
@@ -53,13 +87,37 @@ class TimedGroup:
     crowded: set[int]  # indices of the cases that failed while another case of the group was alive
 
 
-def _time_group(
-    launcher: Launcher, group: Group, group_id: str, tasks: dict[str, CaseTask], progress_for: Callable[[Case], Progress]
+def _timing(task: CaseTask) -> dict[str, Any]:
+    timing = dict(task.suite.get("timing") or {})
+    timed = task.suite.get("mode", "speed") in ("speed", "both")
+    return {
+        "segments": int(timing.get("segments", 0)) if timed else 0, "processes": int(timing.get("processes", 1)),
+        "settle": int(timing.get("settle_segments", 0)), "order": str(timing.get("round_order", "fixed")),
+        "seed": int(task.suite.get("seed") or 0),
+    }
+
+
+def process_tasks(task: CaseTask) -> list[CaseTask]:
+    """The task of each process set that times `task`'s case (one when it is not timed)."""
+    timing = _timing(task)
+    shares = process_shares(timing["segments"], timing["processes"])
+    last = len(shares) - 1
+    return [
+        dataclasses.replace(task, process=index, first_round=first, rounds=count, extras=index == last)
+        for index, (first, count) in enumerate(shares)
+    ]
+
+
+def _time_process_set(
+    launcher: Launcher, group: Group, group_id: str, tasks: list[CaseTask], progress_for: Callable[[Case], Progress]
 ) -> TimedGroup | None:
-    """Time one group. None when it does not fit in device memory (its processes are gone then)."""
+    """Time one process set of a group: fresh processes for its cases, its share of the rounds.
+    None when it does not fit in device memory (its processes are gone then)."""
     handles: list[CaseProcess] = []
     crowded: set[int] = set()
     alive: set[int] = set()  # started, not failed, not finished
+    timing = _timing(tasks[0])
+    process, first_round = tasks[0].process, tasks[0].first_round
 
     def step(index: int, call: Callable[[], Any]) -> Any:
         value = call()
@@ -69,20 +127,32 @@ def _time_group(
                 crowded.add(index)
         return value
 
+    def live(index: int) -> bool:
+        return handles[index].failed is None
+
     try:
         for index, case in enumerate(group.cases):
-            handle = launcher.open(tasks[case.case_id], progress_for(case))
+            handle = launcher.open(tasks[index], progress_for(case))
             handles.append(handle)
             alive.add(index)
             step(index, handle.start)
             if len(group.cases) > 1 and not fits([h.ready for h in handles if h.failed is None], len(group.cases) - index - 1):
                 return None
         rounds = max([h.ready["segments"] for h in handles if h.failed is None and h.ready], default=0)
-        for round_index in range(rounds):
+        pids = tuple(h.pid for h in handles if h.failed is None and h.pid is not None)
+        for _ in range(timing["settle"] if rounds else 0):  # untimed: the first round after warm-up runs slow
+            for slot, index in enumerate(round_order(len(handles), first_round, timing["order"], timing["seed"])):
+                if live(index):
+                    tag = SegmentTag(group_id, first_round, pids, process, slot, settle=True)
+                    step(index, lambda: handles[index].segment(tag))
+        for offset in range(rounds):
+            round_index = first_round + offset
             pids = tuple(h.pid for h in handles if h.failed is None and h.pid is not None)
-            for index, handle in enumerate(handles):
-                if handle.failed is None and round_index < handle.ready.get("segments", 0):
-                    step(index, lambda: handle.segment(SegmentTag(group_id, round_index, pids)))
+            for slot, index in enumerate(round_order(len(handles), round_index, timing["order"], timing["seed"])):
+                handle = handles[index]
+                if live(index) and offset < handle.ready.get("segments", 0):
+                    tag = SegmentTag(group_id, round_index, pids, process, slot)
+                    step(index, lambda: handle.segment(tag))
         results = []
         for index, handle in enumerate(handles):
             was_alive = index in alive
@@ -101,6 +171,32 @@ def _time_group(
             handle.close()
 
 
+def _time_group(
+    launcher: Launcher, group: Group, group_id: str, tasks: dict[str, CaseTask], progress_for: Callable[[Case], Progress]
+) -> TimedGroup | None:
+    """Time one group in its process sets (`timing.processes`), one set after another, each
+    with fresh processes for all the group's cases; a case's lines from the sets are merged (its
+    samples from every set). A case that failed in one set is not started in the next: its
+    failure is its result. None when a set does not fit in device memory."""
+    per_case = [process_tasks(tasks[case.case_id]) for case in group.cases]
+    merged: list[CaseResult | None] = [None] * len(group.cases)
+    crowded: set[int] = set()
+    device_type = None
+    for process in range(max(len(t) for t in per_case)):
+        members = [i for i, t in enumerate(per_case) if process < len(t) and (merged[i] is None or merged[i].status == "ok")]
+        if not members:
+            break
+        subgroup = Group(group.key, tuple(group.cases[i] for i in members))
+        timed = _time_process_set(launcher, subgroup, group_id, [per_case[i][process] for i in members], progress_for)
+        if timed is None:
+            return None
+        device_type = device_type or timed.device_type
+        crowded |= {members[i] for i in timed.crowded}
+        for i, result in zip(members, timed.results):
+            merged[i] = result if merged[i] is None else merge_shared(merged[i].to_dict(), result)
+    return TimedGroup([r for r in merged if r is not None], device_type, crowded)
+
+
 def run_groups(
     launcher: Launcher,
     groups: list[Group],
@@ -115,8 +211,14 @@ def run_groups(
         group = queue.pop(0)
         if not launcher.interleaves:
             for case in group.cases:  # torchrun: each case whole, alone (its ranks name their group)
-                result = launcher.run(tasks[case.case_id], progress_for(case))
-                result.groups = result.groups or [new_group_id(case.case_id)]
+                result = None
+                for task in process_tasks(tasks[case.case_id]):  # one job per process set
+                    part = launcher.run(task, progress_for(case))
+                    part.groups = part.groups or [new_group_id(case.case_id)]
+                    result = part if result is None else merge_shared(result.to_dict(), part)
+                    if result.status != "ok":
+                        break
+                assert result is not None
                 yield GroupRun(Group(case.case_id, (case,)), result.groups[0], [result])
             continue
         group_id = new_group_id(group.key)

@@ -2,14 +2,21 @@
 verdicts and the gate's exit code (the command: `dstbench.cli.compare`; its report:
 `dstbench.gates.comparison_text`).
 
-Cases are matched by suite hash, method and density. Time is judged from the raw segment samples:
-a case regresses (or improved) only when the ratio of medians (current / baseline) crosses the
-threshold *and* a two-sided Mann-Whitney U test says the samples differ; a ratio within the
-threshold is unchanged; a ratio beyond it that the samples cannot prove is **inconclusive**, shown
-and counted, never reported as no change. Cases whose segment times spread widely (IQR / median
-above 10%: noisy, 25%: very noisy) or that were timed under contention say so in their notes, and
-a time change beyond the threshold on a side timed under contention is inconclusive, whatever the
-test says: starved segments measure the machine's load, not the code.
+Cases are matched by suite hash, method and density. Time is judged from process-level data
+(`dstbench.results.intervals`): each side's samples grouped by the process sets that timed them,
+with the process-to-process spread pooled over that run's cases, so a process's own speed offset
+is not taken for a change. On the relative basis each case's time is taken relative
+to its own run's dense, round by round: what moves every case of a run alike (a machine shift, a
+neighbour) cancels, and dense itself is not gated; "absolute" gates each case's own times (dense
+included), which a machine shift moves too; "auto" (the default) is relative wherever both runs
+have the case's dense, else absolute. A case regresses (or improved) only when the change
+(current / baseline) passes the threshold *and* differs from 1 with Holm-adjusted p < alpha over the
+cases compared (family-wise error); a change within the threshold is unchanged; one beyond it that
+the data cannot prove is **inconclusive**, shown and counted, never reported as no change. A side
+timed under contention (the case in any of its groups, or a quarter of the rounds it is judged on
+starved, its dense's included)
+makes the time verdict inconclusive, whatever the numbers say: starved segments measure the
+machine's load, not the code.
 Memory is judged from exact figures (allocator peak where both runs have it, training-state and
 activation bytes always) against its own threshold, with no test: byte counts do not jitter.
 
@@ -26,11 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from dstbench.suite.cases import case_id
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from dstbench.results.derive import noise_level
+from dstbench.measure.trackers.noise import CONTENDED_FRACTION
+from dstbench.results.derive import contended_in_a_group, noise_level
+from dstbench.results.intervals import (
+    BetweenProcesses, UnitSamples, difference, holm, interval, judged_units, paired_units, pool_between, sample_units,
+    summarize,
+)
 from dstbench.results.record import iter_results, report_columns, segment_samples
 from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
 from dstbench.util.files import RESULTS_FILE
@@ -61,12 +72,18 @@ class Side:
 
 @dataclasses.dataclass
 class TimeVerdict:
-    baseline_ms: float
+    baseline_ms: float  # median segment time of each side, for the reader
     current_ms: float
-    ratio: float  # median(current) / median(baseline): above 1 is slower
-    p_value: float
-    verdict: str  # "regression", "improvement", "unchanged" or "inconclusive"
+    ratio: float  # the change the verdict judges, current / baseline: above 1 is slower
+    p_value: float  # Holm-adjusted over the cases compared
+    verdict: str  # "regression", "improvement", "unchanged", "inconclusive" or "not gated"
     note: str = ""
+    basis: str = "relative"  # "relative" (to the run's dense) or "absolute"
+    why: str = ""  # what made it inconclusive before any test (contention, too few samples)
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_raw: float = math.nan
+    covers: str = ""  # what each side's interval covers, e.g. "2 processes x 5 rounds"
 
 
 @dataclasses.dataclass
@@ -174,40 +191,101 @@ def env_differences(baseline: Side, current: Side) -> list[str]:
     return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if base[key] != cur[key]]
 
 
-def mann_whitney_method(base: list[float], cur: list[float]) -> str:
-    """The exact test where it is valid and cheap (no ties, small samples), else the normal
-    approximation; named explicitly so that `min_p_value` describes the test that ran."""
-    combined = list(base) + list(cur)
-    return "exact" if len(set(combined)) == len(combined) and len(combined) <= 40 else "asymptotic"
+TIME_BASES = ("auto", "relative", "absolute")
 
 
-def min_p_value(n_baseline: int, n_current: int, method: str = "exact") -> float:
-    """The smallest two-sided p the Mann-Whitney U test (`method`) can give with these sample
-    sizes: that of two samples that do not overlap at all."""
-    apart = mannwhitneyu(
-        np.arange(n_current, dtype=float), np.arange(n_current, n_current + n_baseline, dtype=float),
-        alternative="two-sided", method=method,
+def case_basis(baseline: Side, current: Side, key: Key, requested: str) -> str:
+    """The basis a case is judged on: `requested`, or under "auto" relative where both runs timed
+    it in rounds beside their dense (dense itself too, then: not gated), else absolute (lines from
+    runs without interleaving, or without dense)."""
+    if requested != "auto":
+        return requested
+
+    def pairs(side: Side, case: Key) -> bool:
+        dense = dense_line(side, case)
+        return dense is not None and paired_units(side.cases[case], dense, drop_starved=False).paired > 0
+
+    if pairs(baseline, key) and pairs(current, key):
+        return "relative"
+    is_dense = key[1] == "dense" or baseline.cases[key].get("kind") == "dense"
+    # Dense is the reference of the cases gated relative to it; with none, it is gated on its own.
+    others = [k for k in baseline.cases if k[0] == key[0] and k != key and k in current.cases]
+    return "relative" if is_dense and any(pairs(baseline, k) and pairs(current, k) for k in others) else "absolute"
+
+
+def dense_line(side: Side, key: Key) -> dict[str, Any] | None:
+    """The run's dense line with the same suite hash as `key` (None for dense itself or none)."""
+    for (suite_hash, method, _), line in side.cases.items():
+        if suite_hash == key[0] and (line.get("kind") == "dense" or method == "dense"):
+            return None if line is side.cases[key] else line
+    return None
+
+
+def time_units(side: Side, key: Key, basis: str) -> UnitSamples | None:
+    """log(case ms / dense ms) per round (relative) or log(case ms) per segment (absolute), by
+    process unit; None where the basis does not apply (dense itself, relative; no dense line)."""
+    line = side.cases[key]
+    if basis == "relative":
+        dense = dense_line(side, key)
+        return None if dense is None else judged_units(lambda drop: paired_units(line, dense, drop))
+    return judged_units(lambda drop: sample_units(line, drop))
+
+
+def side_between(side: Side, basis: str) -> BetweenProcesses:
+    """The run's between-process variance on this basis, pooled over its ok cases."""
+    return pool_between(
+        summarize(units) for key, line in side.cases.items()
+        if line.get("status") == "ok" and (units := time_units(side, key, basis)) is not None
     )
-    return float(apart.pvalue)
 
 
-def compare_time(base: list[float], cur: list[float], threshold_pct: float, alpha: float) -> TimeVerdict:
-    base_ms, cur_ms = float(np.median(base)), float(np.median(cur))
-    ratio = cur_ms / base_ms if base_ms > 0 else math.inf
-    method = mann_whitney_method(base, cur)
-    p_value = float(mannwhitneyu(cur, base, alternative="two-sided", method=method).pvalue)
-    significant = p_value < alpha
+def side_contended(line: dict[str, Any], units: UnitSamples | None) -> bool:
+    """The case was contended (in any group), or a quarter of the rounds it is judged on were."""
+    starved = units is not None and units.paired and units.starved >= CONTENDED_FRACTION * units.paired
+    return is_contended(line) or contended_in_a_group(line) or bool(starved)
+
+
+def compare_time(
+    base: Side, cur: Side, key: Key, basis: str, between: tuple[BetweenProcesses, BetweenProcesses],
+) -> TimeVerdict | None:
+    """The change of a case's time between the runs, before the verdict (`decide`); None without
+    samples to judge on either side."""
+    base_line, cur_line = base.cases[key], cur.cases[key]
+    base_ms, cur_ms = segment_samples(base_line.get("segment_ms")), segment_samples(cur_line.get("segment_ms"))
+    if not base_ms or not cur_ms:
+        return None
+    medians = float(np.median(base_ms)), float(np.median(cur_ms))
+    units = time_units(base, key, basis), time_units(cur, key, basis)
+    if basis == "relative" and (units[0] is None or units[1] is None):
+        if dense_line(base, key) is None and (key[1] == "dense" or base_line.get("kind") == "dense"):
+            return TimeVerdict(*medians, math.nan, math.nan, "not gated", "the time reference of relative gating", basis=basis)
+        return None
+    summaries = [summarize(u) if u is not None else None for u in units]
+    if summaries[0] is None or summaries[1] is None:
+        return TimeVerdict(*medians, math.nan, math.nan, "inconclusive", basis=basis, why="too few samples for an interval")
+    base_iv, cur_iv = (interval(s, b) for s, b in zip(summaries, between))
+    ratio, low, high, p = difference(base_iv, cur_iv)
+    verdict = TimeVerdict(
+        *medians, ratio, p, "", basis=basis, ci_low=low, ci_high=high, p_raw=p, covers=f"{base_iv.covers} | {cur_iv.covers}",
+    )
+    if side_contended(base_line, units[0]) or side_contended(cur_line, units[1]):
+        verdict.verdict = "inconclusive"
+        verdict.why = "timed under contention: the change is not attributed"
+    return verdict
+
+
+def decide(verdict: TimeVerdict, threshold_pct: float, alpha: float) -> None:
+    """The verdict from the change and its adjusted p (contended ones stay inconclusive)."""
+    if verdict.verdict:
+        return
     limit = threshold_pct / 100.0
-    verdict = "unchanged"
-    if ratio > 1.0 + limit:
-        verdict = "regression" if significant else "inconclusive"
-    elif ratio < 1.0 - limit:
-        verdict = "improvement" if significant else "inconclusive"
-    note = ""
-    if min_p_value(len(base), len(cur), method) >= alpha:
-        # Say so: otherwise a gate that can never fire looks like a passing one.
-        note = f"{len(base)} vs {len(cur)} samples cannot reach p < {alpha:g}; time is not gated"
-    return TimeVerdict(base_ms, cur_ms, ratio, p_value, verdict, note)
+    significant = verdict.p_value < alpha
+    if verdict.ratio > 1.0 + limit:
+        verdict.verdict = "regression" if significant else "inconclusive"
+    elif verdict.ratio < 1.0 - limit:
+        verdict.verdict = "improvement" if significant else "inconclusive"
+    else:
+        verdict.verdict = "unchanged"
 
 
 def is_contended(line: dict[str, Any]) -> bool:
@@ -244,8 +322,8 @@ def compare_memory(metric: str, base: int, cur: int, threshold_pct: float) -> Me
 
 
 def compare_case(
-    key: Key, base: dict[str, Any], cur: dict[str, Any], *, time_threshold: float, memory_threshold: float,
-    alpha: float, memory_only: bool,
+    key: Key, base: dict[str, Any], cur: dict[str, Any], *, memory_threshold: float, time: TimeVerdict | None,
+    memory_only: bool,
 ) -> CaseComparison:
     result = CaseComparison(key, str(base.get("status")), str(cur.get("status")))
     if base.get("params") != cur.get("params"):
@@ -253,19 +331,12 @@ def compare_case(
     if result.baseline_status != "ok" or result.current_status != "ok":
         return result
     if not memory_only:
-        # NaN segment times were written as null; they carry no evidence either way.
-        base_ms, cur_ms = segment_samples(base.get("segment_ms")), segment_samples(cur.get("segment_ms"))
-        if base_ms and cur_ms:
-            result.time = compare_time(base_ms, cur_ms, time_threshold, alpha)
-            if result.time.note:
-                result.notes.append(result.time.note)
-            result.notes += noise_notes(base, cur)
-            if result.time.verdict in ("regression", "improvement") and (is_contended(base) or is_contended(cur)):
-                # A starved side's times say how busy the machine was, not what the code costs.
-                result.time.verdict = "inconclusive"
-                result.notes.append("time change not attributed: timed under contention")
+        result.time = time
+        if time is None:
+            result.notes.append("no segment samples (or no dense to relate them to); time not compared")
         else:
-            result.notes.append("no segment samples; time not compared")
+            result.notes += [time.note] if time.note else []
+            result.notes += noise_notes(base, cur)
     for field, label in MEMORY_METRICS:
         if base.get(field) is not None and cur.get(field) is not None:
             result.memory.append(compare_memory(label, base[field], cur[field], memory_threshold))
@@ -274,13 +345,37 @@ def compare_case(
     return result
 
 
+def time_verdicts(
+    baseline: Side, current: Side, keys: list[Key], *, basis: str, threshold_pct: float, alpha: float,
+) -> dict[Key, TimeVerdict]:
+    """Every gated case's time verdict, p-values Holm-adjusted over the cases with a test."""
+    pooled = {b: (side_between(baseline, b), side_between(current, b)) for b in ("relative", "absolute")}
+    verdicts = {}
+    for key in keys:
+        if baseline.cases[key].get("status") == "ok" == current.cases[key].get("status"):
+            case = case_basis(baseline, current, key, basis)
+            verdict = compare_time(baseline, current, key, case, pooled[case])
+            if verdict is not None:
+                verdicts[key] = verdict
+    tested = [k for k, v in verdicts.items() if math.isfinite(v.p_raw)]
+    for key, adjusted in zip(tested, holm([verdicts[k].p_raw for k in tested])):
+        verdicts[key].p_value = adjusted
+    for verdict in verdicts.values():
+        if math.isfinite(verdict.ratio):
+            decide(verdict, threshold_pct, alpha)
+    for verdict in verdicts.values():
+        if math.isfinite(verdict.p_raw) and not all(b.seen for b in pooled[verdict.basis]):
+            verdict.note = "; ".join(n for n in (verdict.note, "within one process on a side: process offsets unseen") if n)
+    return verdicts
+
+
 def _hashes(side: Side) -> str:
     return ", ".join(sorted({k[0] for k in side.cases}))
 
 
 def compare_runs(
     baseline: Side, current: Side, *, time_threshold: float = 10.0, memory_threshold: float = 1.0,
-    alpha: float = 0.05, memory_only: bool = False,
+    alpha: float = 0.05, memory_only: bool = False, time_basis: str = "auto",
 ) -> Comparison:
     """Match the two runs' cases and judge each; `CompareInputError` when no case matches."""
     common = [k for k in baseline.cases if k in current.cases]
@@ -290,12 +385,16 @@ def compare_runs(
             f"baseline suite hash {_hashes(baseline)}, current {_hashes(current)}; a changed suite "
             "setting (model, data, batch size, optimizer, precision, fuse_norms, mode, timing, accuracy, seed, device) needs a new baseline"
         )
+    order = sorted(common, key=lambda k: (k[0], -k[2], k[1]))
+    times = {} if memory_only else time_verdicts(
+        baseline, current, order, basis=time_basis, threshold_pct=time_threshold, alpha=alpha,
+    )
     cases = [
         compare_case(
-            k, baseline.cases[k], current.cases[k], time_threshold=time_threshold,
-            memory_threshold=memory_threshold, alpha=alpha, memory_only=memory_only,
+            k, baseline.cases[k], current.cases[k], memory_threshold=memory_threshold, time=times.get(k),
+            memory_only=memory_only,
         )
-        for k in sorted(common, key=lambda k: (k[0], -k[2], k[1]))
+        for k in order
     ]
     return Comparison(
         baseline=baseline,
@@ -306,7 +405,8 @@ def compare_runs(
         env_differences=env_differences(baseline, current),
         settings={
             "time_threshold": time_threshold, "memory_threshold": memory_threshold,
-            "alpha": alpha, "memory_only": memory_only,
+            "alpha": alpha, "memory_only": memory_only, "time_basis": time_basis, "tests": sum(
+                1 for c in cases if c.time is not None and math.isfinite(c.time.p_raw)),
         },
     )
 

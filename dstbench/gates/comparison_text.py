@@ -3,6 +3,8 @@ prints, on the terminal or as Markdown (a pull-request comment), ending in the g
 
 from __future__ import annotations
 
+import math
+
 from tabulate import tabulate
 
 from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code
@@ -14,7 +16,11 @@ from dstbench.util.text import percent
 def _time_cell(t: TimeVerdict | None) -> str:
     if t is None:
         return "—"
-    return f"{t.baseline_ms:.1f} -> {t.current_ms:.1f} ms ({t.ratio:.3f}x, p={t.p_value:.3g})"
+    times = f"{t.baseline_ms:.1f} -> {t.current_ms:.1f} ms"
+    if not math.isfinite(t.ratio):
+        return times
+    change = f"{t.ratio:.3f}x" + (f" [{t.ci_low:.3f}, {t.ci_high:.3f}]" if math.isfinite(t.ci_low) else "")
+    return f"{times} ({change}, p={t.p_value:.3g})"
 
 
 def _memory_cell(c: CaseComparison, metric: str) -> str:
@@ -30,9 +36,11 @@ def _verdict_cell(c: CaseComparison) -> str:
     if c.improvements:
         return "improved: " + ", ".join(c.improvements) + ("; INCONCLUSIVE: time" if c.inconclusive else "")
     if c.inconclusive:
-        return "INCONCLUSIVE: time (beyond the threshold, not significant)"
+        return f"INCONCLUSIVE: time ({c.time.why or 'beyond the threshold, not significant'})"
     if c.baseline_status != "ok" or c.current_status != "ok":
         return f"not compared ({c.baseline_status} -> {c.current_status})"
+    if c.time is not None and c.time.verdict == "not gated":
+        return "ok (time not gated: the reference of relative gating)"
     return "ok"
 
 
@@ -40,7 +48,7 @@ def table(comparison: Comparison, fmt: str = "simple") -> str:
     """One row per matched case; `fmt` is a tabulate format ("simple", "github")."""
     memory_only = comparison.settings["memory_only"]
     with_peak = any(m.metric == "peak" for c in comparison.cases for m in c.memory)
-    headers = ["case"] + ([] if memory_only else ["time (median per segment)"])
+    headers = ["case"] + ([] if memory_only else ["time (median per segment; change [95% CI])"])
     headers += (["peak bytes"] if with_peak else []) + ["state bytes", "activation bytes", "verdict", "notes"]
     rows = []
     for c in comparison.cases:
@@ -56,7 +64,12 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     s = comparison.settings
     gates = f"memory +/-{s['memory_threshold']:g}%"
     if not s["memory_only"]:
-        gates = f"time +/-{s['time_threshold']:g}% and Mann-Whitney p < {s['alpha']:g}; " + gates
+        basis = {"relative": "relative to each run's dense", "absolute": "absolute"}.get(
+            s.get("time_basis"), "relative to each run's dense where both have it, else absolute")
+        gates = (
+            f"time ({basis}) +/-{s['time_threshold']:g}% and p < {s['alpha']:g}, Holm-adjusted over "
+            f"{s.get('tests', 0)} cases, across processes; " + gates
+        )
     lines = [("## " if markdown else "") + "dstbench compare", ""]
     for label, side in (("baseline", comparison.baseline), ("current", comparison.current)):
         where = f"`{side.path}`" if markdown else str(side.path)

@@ -34,7 +34,8 @@ def headline_text(derived: pd.DataFrame) -> str:
     if h["speedup"]:
         s = h["speedup"]
         dense = s.get("vs_dense")
-        basis = f", {s['basis']}" if s.get("basis") else ""
+        basis = ", ".join(x for x in (s.get("basis"), s.get("covers")) if x)
+        basis = f", {basis}" if basis else ""
         lines.append(
             f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
             f"{s['ci']}{basis}{', contended' if s.get('contended') else ''})"

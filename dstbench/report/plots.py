@@ -121,8 +121,8 @@ def _listing(frame: pd.DataFrame, value: Any, groups: list[list[str]] | None = N
 
 @register_plot(
     "speedup_plot", "Speedup vs density", order=100,
-    caption="Median over interleaved rounds of the per-round time ratio at each density, with its 95% "
-    "order-statistic interval (unpaired runs: ratio of medians, bootstrap interval); dashed: "
+    caption="Per-round time ratio over interleaved rounds and process sets at each density, with its 95% "
+    "interval across processes (unpaired runs: ratio of medians, bootstrap interval); dashed: "
     "the speedup the FLOP count allows; dotted (compact methods): the speedup small_dense, a plain dense "
     "model of the same shapes, reaches.",
 )

@@ -10,7 +10,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from dstbench.util.text import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
-from dstbench.results.derive import reference_row
+from dstbench.results.speedup import reference_row
 from dstbench.results.record import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
 
@@ -68,15 +68,24 @@ def _flags(r: pd.Series) -> str:
 SPEED_NOTE = (
     "n is the number of timed segments; median and interquartile range are per segment, ms/step the median "
     "divided by the segment's steps; IQR/median above 10% marks a case noisy, above 25% very noisy. Speedup "
-    "is the median over rounds of {ref}'s segment / the method's segment timed in the same round of an "
-    "interleaved group, with the order-statistic 95% interval of that median ('unpaired': ratio of medians with a "
-    "percentile bootstrap interval, where no round pairs them), and beside it the same against dense; FLOP limit "
+    "is {ref}'s segment / the method's segment timed in the same round of an interleaved group, its rounds "
+    "grouped by the set of fresh processes that timed them: the mean of each process set's median, with a 95% "
+    "interval that holds the process-to-process spread pooled over the run ({covers}; rounds in which either "
+    "side was starved left out); 'unpaired': ratio of medians with a percentile bootstrap interval, where no "
+    "round pairs them. Beside it the same against dense; FLOP limit "
     "is the speedup the FLOP count allows and 'of limit' the measured share of it; shape limit (compact methods) "
     "is the speedup small_dense, a plain dense model of the same shapes, reaches, and 'of shape limit' "
     "small_dense's time / the method's; topology share is the fraction of segment time spent in topology "
-    "updates. Flags: 'contended', the case's segments were starved of CPU or GPU (result line's noise); "
+    "updates. Flags: 'contended', the case's segments were starved of CPU or GPU in one of its groups, or "
+    "a quarter of a ratio's rounds were (result line's noise); "
     "'implausible', a figure beyond what physics allows (left out of the headline)."
 )
+
+
+def covers(derived: pd.DataFrame) -> str:
+    """What the run's speedup intervals cover, e.g. "intervals over 2 processes x 5 rounds"."""
+    texts = sorted({t for t in derived.get("speedup_covers", pd.Series(dtype=object)).dropna() if t})
+    return "intervals over " + " or ".join(texts) if texts else "no paired interval"
 
 
 def run_label(run: Any) -> str:
@@ -157,7 +166,7 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
                    "vs dense [95% CI]", "FLOP limit", "of limit", "shape limit", "of shape limit", "topology share", "flags"],
         body,
         align=["left"] * len(headers) + ["right"] * 13 + ["left"],
-        note=SPEED_NOTE.format(ref=ref),
+        note=SPEED_NOTE.format(ref=ref, covers=covers(derived)),
         row_classes=_classes(rows),
     )
 

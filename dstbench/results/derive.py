@@ -5,11 +5,14 @@ same round of the same interleaved group (or, where no segment pairs, ratios of 
 bootstrap interval), byte counts and FLOP counts from the result lines.
 
 Speedup (`speedup_stats`): where a case and its reference were timed in the same group, round r
-gives the ratio reference_ms[r] / method_ms[r]; the speedup is the median of those ratios and its
-interval the distribution-free order-statistic interval of that median (coverage >= 95% from 6
-rounds on; with fewer, none, as even the range would cover less). Elsewhere (runs made with `interleave: false`,
-lines written before interleaving existed) it is the ratio of medians with a percentile bootstrap
-interval. `speedup_basis` says which.
+gives the ratio reference_ms[r] / method_ms[r]; the rounds come in process units (one process set of
+one group), and the speedup and its 95% interval are those of `dstbench.results.intervals`: the mean
+of the units' median log ratios, with a variance that holds the process-to-process spread pooled
+over the run's comparisons (`speedup_covers` says what it covers: "2 processes x 5 rounds", or
+"..., within one process" when a run has one unit per case). A round in which either side was
+starved is left out of that ratio (`speedup_starved` counts them). Elsewhere (runs made with
+`interleave: false`, lines written before interleaving existed) it is the ratio of medians with a
+percentile bootstrap interval. `speedup_basis` says which.
 
 Plausibility (`plausibility`): a figure beyond what physics allows is flagged in `implausible` and
 left out of the headline: a speedup whose interval clears one of its limits (`SPEED_LIMITS`, each a
@@ -20,29 +23,30 @@ than `MASKED_TOLERANCE` (it does dense's matmuls plus masking).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binom
 
 from dstbench.util.text import ci_text, present
+from dstbench.measure.trackers.noise import CONTENDED_FRACTION
+from dstbench.results.intervals import BetweenProcesses, starved_flags
+from dstbench.results.speedup import between_processes, reference_row, speedup_stats
 from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
 
-BOOTSTRAP_RESAMPLES = 2000
 # Beside the reference's figures (`baseline_ratios`): the speedup against dense, and for compact
 # methods the shape limit that small_dense, a dense model of their shapes, sets.
 BASELINE_COLUMNS = ("speedup_vs_dense", "speedup_vs_dense_ci_low", "speedup_vs_dense_ci_high", "shape_limit", "shape_fraction")
 SHAPE_BASELINE = "small_dense"  # a dense model of the compact methods' shapes (methods/small_dense.py)
 DERIVED_COLUMNS = (
-    "reference", "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_basis", "speedup_pairs",
+    "reference", "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_basis", "speedup_pairs", "speedup_covers",
+    "speedup_starved",
     "memory_basis", "memory_bytes", "memory_reduction", "state_ratio", "activation_ratio", "flop_limit",
     "flop_fraction", "topology_share", "segments", "ms_per_step", "spread", "noise_level", "contended",
     "implausible",
 ) + BASELINE_COLUMNS
-TEXT_COLUMNS = ("reference", "memory_basis", "speedup_basis", "noise_level", "implausible")
+TEXT_COLUMNS = ("reference", "memory_basis", "speedup_basis", "speedup_covers", "noise_level", "implausible")
 # IQR / median of a case's segment times above which it is noisy / very noisy (torch.utils.benchmark's).
 NOISY, VERY_NOISY = 0.10, 0.25
 # Speedup limits the physics of a case allows, by derived column: a limit added here is checked by
@@ -52,66 +56,6 @@ SPEED_LIMITS = {"flop_limit": "FLOP limit", "shape_limit": "shape limit"}
 # methods (a masked method measured 1.11x vs another with the same FLOPs): room before a limit binds.
 LIMIT_TOLERANCE = 0.20
 MASKED_TOLERANCE = 0.05
-CI_LEVEL = 0.95
-
-
-@dataclasses.dataclass
-class SpeedupStats:
-    """A speedup against a reference, its interval and how it was computed."""
-
-    value: float
-    ci_low: float
-    ci_high: float
-    basis: str  # "paired" (median of per-round ratios), "unpaired" (ratio of medians), "same case"
-    pairs: int  # rounds paired; 0 unless paired
-
-
-def paired_ratios(reference: pd.Series | dict[str, Any], method: pd.Series | dict[str, Any]) -> list[float]:
-    """reference_ms / method_ms of every (group, round) both were timed in, in round order."""
-
-    def tagged(line: Any) -> dict[tuple[str, int], float]:
-        ms = line.get("segment_ms") if hasattr(line, "get") else None
-        groups, rounds = line.get("segment_group"), line.get("segment_round")
-        if not isinstance(ms, list) or not isinstance(groups, list) or not isinstance(rounds, list):
-            return {}
-        if not len(ms) == len(groups) == len(rounds):
-            return {}
-        return {(g, r): float(x) for x, g, r in zip(ms, groups, rounds) if g and x is not None and np.isfinite(x) and x > 0}
-
-    ref, own = tagged(reference), tagged(method)
-    return [ref[key] / own[key] for key in sorted(set(ref) & set(own), key=lambda k: (k[0], k[1]))]
-
-
-def median_ci(values: list[float], level: float = CI_LEVEL) -> tuple[float, float]:
-    """Order-statistic interval of the median: [x(k), x(n-k+1)] for the largest k whose coverage
-    1 - 2 P(Binomial(n, 1/2) < k) is at least `level`. NaN below 6 values: even their range
-    covers less than 95% (5 values: 93.8%), and a table would still label it "95% CI"."""
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0 or 1 - 2 * binom.cdf(0, n, 0.5) < level:
-        return (np.nan, np.nan)
-    k = 1
-    while k + 1 <= n - k and 1 - 2 * binom.cdf(k, n, 0.5) >= level:
-        k += 1
-    return float(ordered[k - 1]), float(ordered[n - k])
-
-
-def speedup_stats(row: pd.Series | dict[str, Any], ref: pd.Series | dict[str, Any], *, same: bool = False) -> SpeedupStats | None:
-    """The speedup of `row` against `ref` (see the module docstring); None without timed samples."""
-    own_ms, ref_ms = segment_samples(row.get("segment_ms")), segment_samples(ref.get("segment_ms"))
-    if not own_ms or not ref_ms:
-        return None
-    if same:
-        # The reference against itself: identical samples, the ratio is exactly 1.
-        return SpeedupStats(1.0, 1.0, 1.0, "same case", 0)
-    ratios = paired_ratios(ref, row)
-    if ratios:
-        low, high = median_ci(ratios)
-        return SpeedupStats(float(np.median(ratios)), low, high, "paired", len(ratios))
-    if not present(row.get("median_ms")) or not present(ref.get("median_ms")) or float(row["median_ms"]) <= 0:
-        return None
-    low, high = bootstrap_speedup_ci(ref_ms, own_ms)
-    return SpeedupStats(float(ref["median_ms"]) / float(row["median_ms"]), low, high, "unpaired", 0)
 
 
 def noise_level(spread: float) -> str:
@@ -159,21 +103,6 @@ def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
     return frame
 
 
-def bootstrap_speedup_ci(
-    reference_ms: list[float], method_ms: list[float], *, level: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(reference) / median(method), resampling each side."""
-    ref, own = np.asarray(reference_ms, float), np.asarray(method_ms, float)
-    if len(ref) < 2 or len(own) < 2:
-        return (np.nan, np.nan)  # one sample has no spread: no interval, not a zero-width one
-    rng = np.random.default_rng(seed)
-    ref_medians = np.median(rng.choice(ref, (BOOTSTRAP_RESAMPLES, len(ref))), axis=1)
-    own_medians = np.median(rng.choice(own, (BOOTSTRAP_RESAMPLES, len(own))), axis=1)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(ref_medians / own_medians, [tail, 100 - tail])
-    return float(low), float(high)
-
-
 def _memory(row: pd.Series) -> tuple[float, str]:
     """The memory figure a reduction is computed from, and what it is."""
     if present(row.get("peak_memory_bytes")):
@@ -189,24 +118,26 @@ def _ratio(row: pd.Series, ref: pd.Series, key: str) -> float:
     return float(own) / float(base) if present(own) and present(base) and float(base) else np.nan
 
 
-def reference_row(frame: pd.DataFrame, reference: str, density: float, run: str | None = None) -> pd.Series | None:
-    """The ok result of `reference` at `density` (a dense reference is compared at 1.0)."""
-    candidates = frame[(frame["method"] == reference) & (frame["status"] == "ok")]
-    if run is not None and "run" in candidates:
-        candidates = candidates[candidates["run"] == run]
-    if candidates.empty:
-        return None
-    if (candidates["kind"] == "dense").all():
-        return candidates.iloc[-1]
-    same = candidates[np.isclose(candidates["density"].astype(float), density)]
-    return same.iloc[-1] if not same.empty else None
+def contended_in_a_group(row: pd.Series | dict[str, Any]) -> bool:
+    """Whether the case was contended in one of its groups: the contention rule applied to each
+    group's segments (dense, timed in every density's group, is not judged on all of them pooled)."""
+    noise = row.get("noise")
+    if not isinstance(noise, dict):
+        return False
+    flags, groups = starved_flags(row), row.get("segment_group")
+    if not flags or not isinstance(groups, list) or len(groups) != len(flags):
+        return bool(noise.get("contended"))
+    by_group: dict[str, list[bool]] = {}
+    for flag, group in zip(flags, groups):
+        by_group.setdefault(str(group), []).append(flag)
+    return bool(noise.get("contended")) or any(sum(f) >= CONTENDED_FRACTION * len(f) for f in by_group.values())
 
 
 def _speed_values(row: pd.Series, values: dict[str, Any]) -> None:
     """The case's own timing figures: segments, ms per step, spread and noise, contention."""
     segments = segment_samples(row.get("segment_ms"))
     values["segments"] = len(segments) if row["status"] == "ok" else np.nan
-    values["contended"] = bool((row.get("noise") or {}).get("contended")) if isinstance(row.get("noise"), dict) else False
+    values["contended"] = contended_in_a_group(row)
     if row["status"] != "ok" or not segments:
         return
     median = float(np.median(segments))
@@ -230,23 +161,31 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
     """
     out = frame.copy()
     columns: dict[str, list[Any]] = {key: [] for key in DERIVED_COLUMNS}
-    baselines = baseline_ratios(frame, reference)
+    between = between_processes(frame, reference)
+    baselines = baseline_ratios(frame, reference, between)
     for index, row in frame.iterrows():
         ref = reference_row(frame, reference, float(row["density"]), row.get("run"))
         ok = row["status"] == "ok" and ref is not None
         values: dict[str, Any] = dict.fromkeys(columns, np.nan)
-        values.update(reference=reference if ref is not None else None, speedup_basis="", noise_level="", implausible="")
+        values.update(
+            reference=reference if ref is not None else None, speedup_basis="", speedup_covers="", noise_level="", implausible="",
+        )
         own_mem, basis = _memory(row)
         values["memory_basis"], values["memory_bytes"] = basis, own_mem
         _speed_values(row, values)
         values.update(baselines.loc[index].to_dict())
         # An accuracy-only case has no timed segments: nothing to take a speedup from.
-        stats = speedup_stats(row, ref, same=ref.name == index) if ok else None
+        stats = speedup_stats(row, ref, same=ref.name == index, between=between.get(row.get("run"))) if ok else None
         if stats is not None:
             values.update(
                 speedup=stats.value, speedup_ci_low=stats.ci_low, speedup_ci_high=stats.ci_high,
-                speedup_basis=stats.basis, speedup_pairs=stats.pairs,
+                speedup_basis=stats.basis, speedup_pairs=stats.pairs, speedup_covers=stats.covers,
+                speedup_starved=stats.starved,
             )
+            # A ratio whose rounds were starved on either side too often is as unreliable as a
+            # contended case, whatever each side's own rule said.
+            if stats.pairs + stats.starved and stats.starved >= CONTENDED_FRACTION * (stats.pairs + stats.starved):
+                values["contended"] = True
         if ok:
             ref_mem, ref_basis = _memory(ref)
             if basis == ref_basis and ref_mem and not np.isnan(ref_mem):
@@ -271,18 +210,22 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
 # -- the baselines beside the reference: dense, and small_dense's shapes -------------------------------
 
 
-def speedup_against(frame: pd.DataFrame, row: pd.Series, method: str) -> tuple[float, float, float]:
+def speedup_against(
+    frame: pd.DataFrame, row: pd.Series, method: str, between: dict[Any, BetweenProcesses] | None = None,
+) -> tuple[float, float, float]:
     """`method`'s time / this row's at the row's density (a dense `method` at 1.0), with the same
     95% interval as `speedup` (`speedup_stats`: paired rounds where they exist); NaNs where either
     side has no timed ok case."""
     other = reference_row(frame, method, float(row["density"]), row.get("run"))
     if row["status"] != "ok" or other is None:
         return (np.nan, np.nan, np.nan)
-    stats = speedup_stats(row, other, same=other.name == row.name)
+    stats = speedup_stats(row, other, same=other.name == row.name, between=(between or {}).get(row.get("run")))
     return (np.nan, np.nan, np.nan) if stats is None else (stats.value, stats.ci_low, stats.ci_high)
 
 
-def baseline_ratios(frame: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+def baseline_ratios(
+    frame: pd.DataFrame, reference: str | None, between: dict[Any, BetweenProcesses] | None = None,
+) -> pd.DataFrame:
     """Columns beside the reference's figures, one row per line of `frame`:
 
     - `speedup_vs_dense` (and its CI): the speedup against dense at 1.0, whatever the reference.
@@ -294,13 +237,13 @@ def baseline_ratios(frame: pd.DataFrame, reference: str | None) -> pd.DataFrame:
     """
     rows = []
     for _, row in frame.iterrows():
-        vs_dense = speedup_against(frame, row, "dense")
+        vs_dense = speedup_against(frame, row, "dense", between)
         shape_limit = shape_fraction = np.nan
         if row.get("kind") == "compact":
-            shape_fraction = speedup_against(frame, row, SHAPE_BASELINE)[0]
+            shape_fraction = speedup_against(frame, row, SHAPE_BASELINE, between)[0]
             small = reference_row(frame, SHAPE_BASELINE, float(row["density"]), row.get("run"))
             if small is not None and reference:
-                shape_limit = speedup_against(frame, small, reference)[0]
+                shape_limit = speedup_against(frame, small, reference, between)[0]
         rows.append(dict(zip(BASELINE_COLUMNS, (*vs_dense, shape_limit, shape_fraction))))
     return pd.DataFrame(rows, index=frame.index, columns=list(BASELINE_COLUMNS), dtype=float)
 
@@ -386,6 +329,7 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
             "vs_dense": _vs_dense(best, reference),
             "ci": ci_text(best["speedup_ci_low"], best["speedup_ci_high"]),
             "basis": best.get("speedup_basis") or "", "contended": bool(best.get("contended")),
+            "covers": best.get("speedup_covers") or "",
         }
     memory = others[others["memory_reduction"].notna()]
     if not memory.empty:

@@ -30,7 +30,8 @@ from dstbench.suite.cases import case_id
 from dstbench.suite.schema import Expectation, SuiteConfig
 from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
 from dstbench.util.text import present
-from dstbench.results.derive import derive, reference_row
+from dstbench.results.derive import derive
+from dstbench.results.speedup import reference_row
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
 # Metrics measured against another method; `topology_share` is derived but is the case's own.

@@ -105,7 +105,7 @@ class ResultLine:
         notes: list[str] = []
         data = {f.name: json_safe(getattr(self, f.name), f.name, notes) for f in dataclasses.fields(self)}
         if notes:
-            data["warnings"] = [*(data.get("warnings") or []), *notes]
+            data["warnings"] = list(dict.fromkeys([*(data.get("warnings") or []), *notes]))  # merged lines say them once
         return {"schema_version": data.pop("schema_version"), "run_id": data.pop("run_id"), **data}
 
     @classmethod

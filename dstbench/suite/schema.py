@@ -4,8 +4,8 @@
 Everything is checked before any case runs: unknown keys, unknown methods or method parameters
 (types and ranges, in each method's `Params`), models that timm cannot build as a ViT, densities
 outside (0, 1], non-positive counts, labels whose cases would share a file name, expectations that
-name nothing the suite runs. The module is one schema tree with its cross-checks beside the fields
-they check, hence its length.
+name nothing the suite runs. The module is longer than the 450-line guideline because it is one
+schema tree with its cross-checks beside the fields they check.
 """
 
 from __future__ import annotations
@@ -129,11 +129,22 @@ class TimingConfig(Strict):
     # speedups come from per-round paired ratios (dstbench.execution.rounds). False: one case after
     # another. How segments are ordered, not what a case measures: left out of `setup_hash`.
     interleave: bool = True
+    # Process replicates: the rounds are spread over this many sets of fresh processes (a group's
+    # cases restarted together), so a process's own speed offset enters the interval
+    # (dstbench.results.intervals); at most one set per round. Each set trains up to its first round
+    # untimed, so round r covers the same training steps in every set.
+    processes: PositiveInt = 2
+    # Untimed segments each case runs, in round order, once its set's cases are all started: the
+    # first round after a warm-up and a wait for the others ran slow (README, "How a case is measured").
+    settle_segments: int = Field(1, ge=0)
+    # The order of a group's cases in each round: rotated by one per round, or shuffled (seeded by
+    # the suite's seed), so carry-over from the previous case is not confounded with a method.
+    round_order: Literal["rotate", "shuffle", "fixed"] = "rotate"
 
     @property
     def schedule_steps(self) -> int:
         """The `total_steps` a speed case's method is built with."""
-        return self.total_steps or self.warmup_steps + self.segments * self.segment_steps
+        return self.total_steps or self.warmup_steps + (self.settle_segments + self.segments) * self.segment_steps
 
 
 class MethodSpec(Strict):
@@ -437,10 +448,11 @@ class SuiteConfig(Strict):
         measured = self.model_dump(
             mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "fuse_norms", "mode", "timing", "accuracy"}
         )
-        # Segment order is not a setting of the measurement (interleaved and sequential runs
-        # compare); a thread count is, but only an explicit one enters, so suites that leave it at
+        # How samples are drawn (interleaving, process sets, round order, settle rounds) is not a
+        # setting of the measurement (such runs compare); a thread count is, but only an explicit one enters, so suites that leave it at
         # its default keep the hash they had.
-        measured["timing"].pop("interleave", None)
+        for key in ("interleave", "processes", "round_order", "settle_segments"):  # how samples are drawn
+            measured["timing"].pop(key, None)
         if self.threads is not None:
             measured["threads"] = self.threads
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:16]

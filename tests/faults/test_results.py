@@ -104,7 +104,7 @@ def test_one_segment_shows_no_iqr_and_no_interval(tmp_path: Path, capsys: pytest
     assert iqr_column and set(iqr_column) == {"n/a"}
     assert "95% CI n/a" in (tmp_path / "r.md").read_text()
     assert main(["compare", str(run), str(run)]) == 0
-    assert "1 vs 1 samples cannot reach p < 0.05; time is not gated" in capsys.readouterr().out
+    assert "INCONCLUSIVE: time (too few samples for an interval)" in capsys.readouterr().out
 
 
 # -- writers --------------------------------------------------------------------------------------

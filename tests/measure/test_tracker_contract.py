@@ -28,6 +28,8 @@ SCHEMA_1_KEYS = [
     "loss", "data_loading", "method_extras", "top1", "top5", "epochs", "train_time_s", "curve", "profile", "energy",
     "world_size", "ranks", "env", "started_at", "duration_s", "error",
 ]
+# Declared since schema 1: after its keys, in TRACKERS' order.
+ADDED_SINCE = ["segment_process", "segment_slot", "settle_ms"]
 IDENTITY = dict(suite="s", suite_hash="h", case_id="dense@1", method="dense", method_name="dense", kind="dense",
                 density=1.0, params={}, batch_size=8, segment_steps=3)
 
@@ -76,7 +78,7 @@ def test_every_field_is_declared_exactly_once_with_its_merge_rules() -> None:
 
 
 def test_to_dict_keeps_schema_1_keys_in_order() -> None:
-    assert list(CaseResult(**IDENTITY).to_dict()) == SCHEMA_1_KEYS
+    assert list(CaseResult(**IDENTITY).to_dict()) == SCHEMA_1_KEYS + ADDED_SINCE
     line = CaseResult.from_dict(CaseResult(**IDENTITY, segment_ms=[1.0]).to_dict())
     assert line.segment_ms == [1.0] and line.schema_version == 1
 
@@ -114,7 +116,7 @@ def toy_line(group: str, segment_ms: list[float], events: int, **fields: Any) ->
 def test_a_new_tracker_adds_its_field_to_the_line_after_schema_1s() -> None:
     line = toy_line("d=0.1#a", [1.0], 3)
     data = line.to_dict()
-    assert list(data) == [*SCHEMA_1_KEYS, "toy_events"] and data["toy_events"] == 3
+    assert list(data) == [*SCHEMA_1_KEYS, *ADDED_SINCE, "toy_events"] and data["toy_events"] == 3
     assert ToyLine.from_dict(data).toy_events == 3
 
 

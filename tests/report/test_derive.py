@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dstbench.results.derive import bootstrap_speedup_ci, derive, headline, load_frame
+from dstbench.results.derive import derive, headline, load_frame
+from dstbench.results.speedup import bootstrap_speedup_ci
 from tests.report.conftest import MIB, PEAK_OVERHEAD, synthetic_lines, write_run
 
 
@@ -112,7 +113,7 @@ def _tagged(ms: list[float], group: str = "d=0.1#aaa") -> dict:
 
 
 def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
-    from dstbench.results.derive import median_ci, paired_ratios, speedup_stats
+    from dstbench.results.speedup import median_ci, paired_ratios, speedup_stats
 
     # Round 3 hit both cases alike (a busy neighbour): the per-round ratio stays 4.
     ref = _tagged([100.0, 102.0, 98.0, 400.0, 101.0, 99.0, 100.0, 103.0, 97.0, 100.0])
@@ -121,9 +122,18 @@ def test_paired_speedup_is_the_median_of_per_round_ratios() -> None:
     assert len(ratios) == 10 and ratios[3] == pytest.approx(4.0)
     stats = speedup_stats(own, ref)
     assert stats.basis == "paired" and stats.pairs == 10
+    # One process set: the estimate is the median of the ratios, the interval within one process.
     assert stats.value == pytest.approx(float(np.median(ratios)))
+    assert stats.ci_low < stats.value < stats.ci_high and stats.covers == "1 process x 10 rounds, within one process"
+    # Two process sets whose rounds differ by an offset, seen pooled over the run: a wider interval.
+    from dstbench.results.intervals import BetweenProcesses
+
+    split = {**own, "segment_process": [0] * 5 + [1] * 5}
+    wide = speedup_stats(split, {**ref, "segment_process": [0] * 5 + [1] * 5}, between=BetweenProcesses(0.01, 20))
+    assert wide.covers == "2 processes x 5 rounds" and wide.ci_high / wide.ci_low > stats.ci_high / stats.ci_low
+    # The order-statistic interval 0.2 used stays for readers of old runs.
     ordered = sorted(ratios)
-    assert (stats.ci_low, stats.ci_high) == (ordered[1], ordered[8])  # x(2), x(9): 97.9% for n = 10
+    assert median_ci(ratios) == (ordered[1], ordered[8])  # x(2), x(9): 97.9% for n = 10
     # Too few rounds for a 95% interval: none, rather than a range labelled 95% that covers less.
     assert all(np.isnan(median_ci([1.0, 2.0, 3.0, 4.0, 5.0])))  # the range would cover 93.8%
     assert median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)  # 96.9%

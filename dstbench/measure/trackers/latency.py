@@ -80,7 +80,9 @@ def _summary_joined(part: int) -> Any:
 def _images_joined(old: Any, new: Any, joining: Joining) -> Any:
     line = joining.merged
     if line.segment_ms and line.batch_size and line.segment_steps:
-        return line.batch_size * line.segment_steps / (summarize_ms(line.segment_ms)[0] / 1e3)
+        # A distributed case's throughput is the whole job's: every rank trains its own batch.
+        images = line.batch_size * line.segment_steps * (getattr(line, "world_size", 1) or 1)
+        return images / (summarize_ms(line.segment_ms)[0] / 1e3)
     return new
 
 
@@ -102,6 +104,33 @@ def _images_combined(values: list[Any], ranks: Ranks) -> Any:
     line = ranks.merged
     images = ranks.world_size * line.batch_size * line.segment_steps
     return images / (summarize_ms(line.segment_ms)[0] / 1e3)
+
+
+CONCATENATED = GroupRule("every group's, concatenated", lambda old, new, joining: list(old or []) + list(new or []))
+
+# A segment this many scaled MADs (1.4826 x the median absolute deviation, the standard deviation
+# of normal data) from the case's median is an outlier worth a warning: normal noise puts one that
+# far out once in ~10^23 samples, a descheduled or page-faulting segment easily.
+OUTLIER_MADS = 10.0
+
+
+def outlier_warning(samples_ms: list[float]) -> str | None:
+    """The line's `warnings` entry when some segments are outliers by the MAD rule, else None."""
+    values = np.asarray([x for x in samples_ms if x is not None and np.isfinite(x)], dtype=float)
+    if len(values) < 3:
+        return None
+    median = float(np.median(values))
+    scale = 1.4826 * float(np.median(np.abs(values - median)))
+    if scale <= 0:
+        return None
+    outliers = values[np.abs(values - median) > OUTLIER_MADS * scale]
+    if not len(outliers):
+        return None
+    worst = float(outliers[np.argmax(np.abs(outliers - median))])
+    return (
+        f"outliers: {len(outliers)} of {len(values)} segments over {OUTLIER_MADS:g} MADs from the median "
+        f"{median:.1f} ms (worst {worst:.1f} ms): the machine may have interfered"
+    )
 
 
 MEDIAN_OF_SAMPLES = GroupRule("the median of the merged samples", _summary_joined(0), derived=True)
@@ -132,6 +161,15 @@ class SegmentTimes(Tracker):
         ResultField("segment_round", list[int], PER_SEGMENT, RANK0, "each segment's round in its group", default_factory=list),
         ResultField("segment_start_s", list[float], PER_SEGMENT, RANK0, "each segment's start, Unix seconds",
                     default_factory=list),
+        ResultField("segment_process", list[int], PER_SEGMENT, RANK0,
+                    "each segment's process set in its group (fresh processes per set)", default_factory=list),
+        ResultField("segment_slot", list[int], PER_SEGMENT, RANK0, "each segment's place in its round's order",
+                    default_factory=list),
+        # Not samples, and not aligned with segment_ms: kept to show the first round after warm-up
+        # runs slow, which is why it is not timed.
+        ResultField("settle_ms", list[float], CONCATENATED, RANK0,
+                    "milliseconds of each untimed settling segment (timing.settle_segments per process set)",
+                    default_factory=list),
     )
 
     def __init__(self, segment_steps: int, batch_size: int) -> None:
@@ -141,22 +179,36 @@ class SegmentTimes(Tracker):
         self.start_s: list[float] = []
         self.group: list[str] = []
         self.round: list[int] = []
+        self.process: list[int] = []
+        self.slot: list[int] = []
+        self.settle_ms: list[float] = []
 
     @property
     def count(self) -> int:
         return len(self.ms)
 
-    def add(self, ms: float, start_s: float, group: str, round: int) -> None:
+    def add(self, ms: float, start_s: float, group: str, round: int, process: int = 0, slot: int = 0) -> None:
         self.ms.append(ms)
         self.start_s.append(start_s)
         self.group.append(group)
         self.round.append(round)
+        self.process.append(process)
+        self.slot.append(slot)
+
+    def add_settle(self, ms: float) -> None:
+        self.settle_ms.append(ms)
 
     def write(self, line: Any) -> None:
         line.segment_ms = list(self.ms)
         line.segment_start_s = list(self.start_s)
         line.segment_group = list(self.group)
         line.segment_round = list(self.round)
+        line.segment_process = list(self.process)
+        line.segment_slot = list(self.slot)
+        line.settle_ms = list(self.settle_ms)
+        warning = outlier_warning(self.ms)
+        if warning:
+            line.warnings.append(warning)
         if self.ms:
             line.median_ms, line.iqr_ms = summarize_ms(self.ms)
             line.images_per_s = self.batch_size * self.segment_steps / (line.median_ms / 1e3)

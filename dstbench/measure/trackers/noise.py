@@ -10,12 +10,15 @@ Per segment (`SegmentNoise`, a context manager outside the segment's timer):
   only time taken by others: a thread that sleeps (OpenMP's passive wait, a GPU sync that blocks)
   is not waiting for a core.
 - `involuntary_switches`: times the kernel took a core from the process (preemptions).
+- `steal_share` (Linux VMs): the machine's hypervisor steal time over the segment (`/proc/stat`,
+  every CPU) / (wall time x the online CPUs): cores the host gave to other guests, which the
+  run-queue wait of the guest's own scheduler never shows.
 - `gpu_other_processes` (CUDA with NVML): processes on the GPU besides the case's own group.
 
 Per case: the load average (1, 5, 15 min) before the first and after the last segment.
 
 `assess` applies the rule (README, "How a case is measured"). A segment is *starved* when its
-`wait_share` exceeds `STARVED_WAIT_SHARE`; where the kernel gives no run-queue figures, on the CPU
+`wait_share` exceeds `STARVED_WAIT_SHARE` or its `steal_share` exceeds `STARVED_STEAL_SHARE`; where the kernel gives no run-queue figures, on the CPU
 when its `cpu_share` is below `STARVED_CPU_SHARE` (valid with OpenMP's default, spinning wait
 only: a passive wait lowers it on an idle machine too); on CUDA also when another process held the
 GPU at its start or end. A case is *contended* when at least `CONTENDED_FRACTION` of its segments
@@ -43,8 +46,20 @@ if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without i
 # OMP_WAIT_POLICY=PASSIVE, wait_share 0.0002-0.03 but cpu_share 0.72-0.77.
 STARVED_WAIT_SHARE = 0.10
 STARVED_CPU_SHARE = 0.85
+STARVED_STEAL_SHARE = 0.10
 CONTENDED_FRACTION = 0.25
 _TASKS = Path("/proc/self/task")
+_STAT = Path("/proc/stat")
+
+
+def steal_seconds() -> float | None:
+    """Seconds of hypervisor steal time summed over the machine's CPUs since boot (`/proc/stat`'s
+    eighth `cpu` column); None where the kernel does not say."""
+    try:
+        fields = _STAT.read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _loadavg() -> list[float] | None:
@@ -94,6 +109,7 @@ class SegmentNoise:
         self._others = self._gpu_others()
         self._usage = resource.getrusage(resource.RUSAGE_SELF)
         self._waits = run_queue_wait_ns()
+        self._steal = steal_seconds()
         self._cpu = time.process_time()
         self._wall = time.perf_counter()
         return self
@@ -102,6 +118,7 @@ class SegmentNoise:
         wall = time.perf_counter() - self._wall
         cpu = time.process_time() - self._cpu
         waits = run_queue_wait_ns()
+        steal = steal_seconds()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         if exc_type is not None:
             return
@@ -114,12 +131,14 @@ class SegmentNoise:
             "cpu_share": round(cpu / (wall * self.busy_threads), 4) if wall > 0 else None,
             "wait_share": wait_share,
             "involuntary_switches": int(usage.ru_nivcsw - self._usage.ru_nivcsw),
+            "steal_share": (round((steal - self._steal) / (wall * (os.cpu_count() or 1)), 4)
+                            if steal is not None and self._steal is not None and wall > 0 else None),
             "gpu_other_processes": max(others) if others else None,
         }
 
 
 # A noise record's per-segment lists (aligned with the line's segment_ms).
-NOISE_LISTS = ("cpu_share", "wait_share", "involuntary_switches", "gpu_other_processes")
+NOISE_LISTS = ("cpu_share", "wait_share", "involuntary_switches", "steal_share", "gpu_other_processes")
 
 
 def _join_noise(old: dict[str, Any] | None, new: dict[str, Any] | None, joining: Joining) -> dict[str, Any] | None:
@@ -147,15 +166,17 @@ def _strip_noise(noise: Any, cut: Cut) -> Any:
 
 
 def _join_warnings(old: list[str], new: list[str], joining: Joining) -> list[str]:
-    others = [w for w in list(old) + list(new) if not w.startswith("contended:")]
-    contention = contention_warning(joining.merged.noise)
-    return list(dict.fromkeys(others + ([contention] if contention else [])))
+    from dstbench.measure.trackers.latency import outlier_warning  # a sibling tracker's rule
+
+    others = [w for w in list(old) + list(new) if not w.startswith(("contended:", "outliers:"))]
+    said = [outlier_warning(list(joining.merged.segment_ms or [])), contention_warning(joining.merged.noise)]
+    return list(dict.fromkeys(others + [w for w in said if w]))
 
 
 NOISE_OF_GROUPS = GroupRule("every group's samples, assessed again", _join_noise, _strip_noise)
 # The rule of the line's `warnings` (a core field): every group's, each once, with the contention
 # line said again for the merged noise.
-WARNINGS_OF_GROUPS = GroupRule("every group's, each once; contention said for the merged noise", _join_warnings, derived=True)
+WARNINGS_OF_GROUPS = GroupRule("every group's, each once; outliers and contention said for the merged line", _join_warnings, derived=True)
 
 
 class NoiseRecord(Tracker):
@@ -190,6 +211,7 @@ class NoiseRecord(Tracker):
             "cpu_share": [s.get("cpu_share") for s in self.samples],
             "wait_share": [s.get("wait_share") for s in self.samples],
             "involuntary_switches": [s.get("involuntary_switches") for s in self.samples],
+            "steal_share": [s.get("steal_share") for s in self.samples],
             "loadavg_start": self.loadavg_start,
             "loadavg_end": self.loadavg_end,
         }
@@ -218,6 +240,9 @@ def starved(noise: dict[str, Any], device_type: str) -> list[bool]:
         flags = [s is not None and s < STARVED_CPU_SHARE for s in shares]
     else:
         flags = [False] * len(shares)
+    steals = list(noise.get("steal_share") or [])
+    if len(steals) == len(flags):
+        flags = [f or (t is not None and t > STARVED_STEAL_SHARE) for f, t in zip(flags, steals)]
     if device_type == "cuda":
         others = list(noise.get("gpu_other_processes") or [None] * len(flags))
         flags = [f or bool(o) for f, o in zip(flags, others)]
@@ -232,6 +257,8 @@ def criterion(noise: dict[str, Any], device_type: str) -> str:
         rule = f"cpu_share < {STARVED_CPU_SHARE:g}"
     else:
         rule = ""
+    if any(t is not None for t in noise.get("steal_share") or []):
+        rule = " or ".join(r for r in (rule, f"steal_share > {STARVED_STEAL_SHARE:g}") if r)
     if device_type == "cuda":
         rule = " or ".join(r for r in (rule, "another process on the GPU") if r)
     return rule

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dstbench.measure.trackers.base import LATEST, RankRule, Ranks, ResultField, Tracker
+import numpy as np
+
+from dstbench.measure.trackers.base import LATEST, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker
 
 
 def _world_size(values: list[Any], ranks: Ranks) -> int:
@@ -24,8 +26,30 @@ def _rank_entries(values: list[Any], ranks: Ranks) -> list[dict[str, Any]]:
     ]
 
 
+def _join_entries(old: Any, new: Any, joining: Joining) -> Any:
+    """A case's rank entries from two jobs (process sets): each rank's samples from both, so the
+    case's slowest-rank-per-segment samples stay those of its ranks, and its peaks the larger; the
+    rest from the latest."""
+    if not old or not new or len(old) != len(new):
+        return new or old
+    merged = []
+    for before, after in zip(old, new):
+        entry = dict(after)
+        if isinstance(before.get("segment_ms"), list) and isinstance(after.get("segment_ms"), list):
+            entry["segment_ms"] = before["segment_ms"] + after["segment_ms"]
+            samples = sorted(x for x in entry["segment_ms"] if isinstance(x, (int, float)))
+            if samples and "median_ms" in entry:
+                entry["median_ms"] = float(np.median(samples))
+        for key, value in before.items():  # peaks (bytes) are the larger job's, as the line's are
+            if key.endswith("_bytes") and isinstance(value, int) and isinstance(entry.get(key), int):
+                entry[key] = max(value, entry[key])
+        merged.append(entry)
+    return merged
+
+
 WORLD_SIZE = RankRule("the job's world size", _world_size)
 RANK_ENTRIES = RankRule("each rank's own figures", _rank_entries)
+ENTRIES_OF_GROUPS = GroupRule("each rank's samples from every job, the rest from the latest", _join_entries)
 
 
 class RankPlacement(Tracker):
@@ -33,7 +57,7 @@ class RankPlacement(Tracker):
 
     fields = (
         ResultField("world_size", int, LATEST, WORLD_SIZE, "processes the case ran on", default=1),
-        ResultField("ranks", list[dict[str, Any]] | None, LATEST, RANK_ENTRIES,
+        ResultField("ranks", list[dict[str, Any]] | None, ENTRIES_OF_GROUPS, RANK_ENTRIES,
                     "each rank's rank, local rank, host and per-rank figures", default=None),
     )
 

@@ -1,0 +1,254 @@
+"""Intervals that hold across re-runs: samples grouped by the processes that timed them.
+
+A result line tags every timed segment with its interleaved group, round and process set
+(`segment_group`, `segment_round`, `segment_process`). A *unit* is one process set of one group:
+the rounds one set of fresh processes timed. Within a unit the rounds share the processes' speed
+offsets (memory layout, thread placement, clock and cache state), which a re-run draws anew; an
+interval from one unit's rounds alone covers those processes only.
+
+The model, in logs, for a paired ratio (reference_ms / method_ms of one round) or a segment time:
+
+    y[u, r] = mu + b[u] + e[u, r],   b ~ (0, sigma_b^2) per unit,  e ~ (0, sigma_w^2) per round.
+
+Per unit the median m[u] of its rounds; the estimate is exp(mean of m[u]) (with one unit: the
+median of its rounds). The variance of a unit median is sigma_b^2 + w, where w = (pi/2) s^2 / n is
+a median's sampling variance from the case's own within-unit spread s^2 (pooled over its units).
+sigma_b^2 is pooled over the run's comparisons (`BetweenProcesses`: a one-way random-effects
+estimate, E[var(m[u])] = sigma_b^2 + w): a run has few units per case but many cases, and the
+offsets are the machine's, not the method's. The interval is exp(estimate +- t * sqrt((sigma_b^2 +
+w) / U)), with Satterthwaite's degrees of freedom. With one unit per case no run can see sigma_b:
+the interval is then the within-process one and says so (`covers`).
+
+Rounds in which either side was starved (`noise.starved`) are left out of a paired ratio, whatever
+the case-level contention rule says (`paired_units`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterable
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95
+MEDIAN_EFFICIENCY = math.pi / 2  # var(median) / var(mean) for normal data, large n
+
+Unit = tuple[str, int]  # (group id, process set)
+
+
+def _lists(line: Any, *keys: str) -> list[list[Any]] | None:
+    values = [line.get(key) if hasattr(line, "get") else None for key in keys]
+    if not all(isinstance(v, list) for v in values) or len({len(v) for v in values}) != 1:
+        return None
+    return values
+
+
+def starved_flags(line: Any) -> list[bool]:
+    """The contention rule's per-segment verdict, aligned with `segment_ms` (all False without one)."""
+    ms = line.get("segment_ms") if hasattr(line, "get") else None
+    noise = line.get("noise") if hasattr(line, "get") else None
+    flags = noise.get("starved") if isinstance(noise, dict) else None
+    n = len(ms) if isinstance(ms, list) else 0
+    return [bool(f) for f in flags] if isinstance(flags, list) and len(flags) == n else [False] * n
+
+
+def tagged_samples(line: Any, untagged: bool = False) -> dict[tuple[str, int], tuple[float, int, bool]]:
+    """(group, round) -> (ms, process set, starved) of a line's finite positive samples. A line
+    without group and round tags (written before interleaving) has none, unless `untagged`: then
+    its samples are one unit, in order."""
+    lists = _lists(line, "segment_ms", "segment_group", "segment_round")
+    if lists is None and untagged and isinstance(line.get("segment_ms"), list):
+        count = len(line["segment_ms"])
+        lists = [line["segment_ms"], ["untagged"] * count, list(range(count))]
+    if lists is None:
+        return {}
+    ms, groups, rounds = lists
+    process = line.get("segment_process")
+    process = process if isinstance(process, list) and len(process) == len(ms) else [0] * len(ms)
+    starved = starved_flags(line)
+    out = {}
+    for x, g, r, p, s in zip(ms, groups, rounds, process, starved):
+        if g and isinstance(x, (int, float)) and x is not None and np.isfinite(x) and x > 0:
+            out[(g, int(r))] = (float(x), int(p or 0), bool(s))
+    return out
+
+
+@dataclasses.dataclass
+class UnitSamples:
+    """Log values by unit, and how many paired rounds were left out as starved."""
+
+    units: dict[Unit, list[float]]
+    starved: int = 0
+    paired: int = 0  # rounds both sides timed, starved ones included
+
+    @property
+    def values(self) -> list[float]:
+        return [v for unit in sorted(self.units) for v in self.units[unit]]
+
+
+def paired_units(reference: Any, method: Any, drop_starved: bool = True) -> UnitSamples:
+    """log(reference_ms / method_ms) of every round both were timed in, by unit; a round where
+    either side was starved is left out (and counted) unless `drop_starved` is false."""
+    ref, own = tagged_samples(reference), tagged_samples(method)
+    units: dict[Unit, list[float]] = {}
+    starved = paired = 0
+    for key in sorted(set(ref) & set(own)):
+        (ref_ms, process, ref_starved), (own_ms, _, own_starved) = ref[key], own[key]
+        paired += 1
+        if ref_starved or own_starved:
+            starved += 1
+            if drop_starved:
+                continue
+        units.setdefault((key[0], process), []).append(math.log(ref_ms / own_ms))
+    return UnitSamples(units, starved, paired)
+
+
+def sample_units(line: Any, drop_starved: bool = True) -> UnitSamples:
+    """log(segment ms) by unit, starved segments left out (unless `drop_starved` is false): a
+    case's own times (absolute basis)."""
+    units: dict[Unit, list[float]] = {}
+    starved = 0
+    samples = tagged_samples(line, untagged=True)
+    for (group, _), (ms, process, is_starved) in sorted(samples.items()):
+        if is_starved:
+            starved += 1
+            if drop_starved:
+                continue
+        units.setdefault((group, process), []).append(math.log(ms))
+    return UnitSamples(units, starved, len(samples))
+
+
+def judged_units(units: Callable[[bool], UnitSamples]) -> UnitSamples:
+    """`units(drop_starved=True)`, or every round where too few unstarved ones are left to judge
+    (the starved count stays, so the figure is flagged contended rather than left unmeasured)."""
+    kept = units(True)
+    if kept.starved and summarize(kept) is None:
+        return units(False)
+    return kept
+
+
+@dataclasses.dataclass
+class UnitSummary:
+    """One comparison's units: their medians, the within-unit variance of a median (w) and its df."""
+
+    medians: list[float]
+    within: float
+    within_df: int
+    rounds: int
+
+    @property
+    def count(self) -> int:
+        return len(self.medians)
+
+    @property
+    def estimate(self) -> float:
+        return float(np.mean(self.medians))
+
+
+def summarize(samples: UnitSamples) -> UnitSummary | None:
+    """The units' medians and w; None without a unit of at least two rounds (no spread to see)."""
+    units = [v for v in samples.units.values() if v]
+    if not units:
+        return None
+    squares = sum(float(np.sum((np.asarray(v) - np.median(v)) ** 2)) for v in units)
+    df = sum(len(v) - 1 for v in units)
+    if df <= 0:
+        return None
+    per_round = squares / df
+    n = float(np.mean([len(v) for v in units]))
+    return UnitSummary([float(np.median(v)) for v in units], MEDIAN_EFFICIENCY * per_round / n, df, sum(map(len, units)))
+
+
+@dataclasses.dataclass(frozen=True)
+class BetweenProcesses:
+    """sigma_b^2 pooled over a run's comparisons, and its degrees of freedom (0: not seen)."""
+
+    variance: float = 0.0
+    df: int = 0
+
+    @property
+    def seen(self) -> bool:
+        return self.df > 0
+
+
+def pool_between(summaries: Iterable[UnitSummary | None]) -> BetweenProcesses:
+    """The between-process variance from every comparison with two or more units."""
+    excess, df = 0.0, 0
+    for s in summaries:
+        if s is None or s.count < 2:
+            continue
+        spread = float(np.var(s.medians, ddof=1))
+        excess += (s.count - 1) * (spread - s.within)
+        df += s.count - 1
+    return BetweenProcesses(max(0.0, excess / df), df) if df else BetweenProcesses()
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """An estimate (back on the ratio scale) with its interval and what the interval covers."""
+
+    value: float
+    low: float
+    high: float
+    log_se: float  # standard error of the log estimate
+    df: float
+    units: int
+    rounds: int
+    covers: str
+
+
+def covers_text(units: int, rounds: int, between: BetweenProcesses) -> str:
+    """"2 processes x 5 rounds" or "1 process x 10 rounds, within one process"."""
+    per = round(rounds / units) if units else 0
+    text = f"{units} process{'es' if units != 1 else ''} x {per} rounds"
+    return text if between.seen else f"{text}, within one process"
+
+
+def log_variance(summary: UnitSummary, between: BetweenProcesses) -> tuple[float, float]:
+    """(variance of the log estimate, its Satterthwaite degrees of freedom)."""
+    between_part = between.variance / summary.count if between.seen else 0.0
+    within_part = summary.within / summary.count
+    variance = between_part + within_part
+    if variance <= 0:
+        return 0.0, float(summary.within_df)
+    denominator = within_part**2 / summary.within_df + (between_part**2 / between.df if between.seen else 0.0)
+    return variance, variance**2 / denominator if denominator > 0 else float(summary.within_df)
+
+
+def interval(summary: UnitSummary, between: BetweenProcesses, level: float = LEVEL) -> Interval:
+    """The estimate of `summary` with its `level` interval (see the module docstring)."""
+    variance, df = log_variance(summary, between)
+    se = math.sqrt(variance)
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    centre = summary.estimate
+    return Interval(
+        math.exp(centre), math.exp(centre - half), math.exp(centre + half), se, df, summary.count, summary.rounds,
+        covers_text(summary.count, summary.rounds, between),
+    )
+
+
+def difference(base: Interval, current: Interval, level: float = LEVEL) -> tuple[float, float, float, float]:
+    """current / base on the ratio scale: (ratio, low, high, two-sided p that it is 1), from the
+    two independent log estimates (Welch-Satterthwaite degrees of freedom)."""
+    d = math.log(current.value) - math.log(base.value)
+    variance = base.log_se**2 + current.log_se**2
+    if variance <= 0:
+        return math.exp(d), math.exp(d), math.exp(d), 0.0 if d else 1.0
+    df = variance**2 / (base.log_se**4 / max(base.df, 1e-9) + current.log_se**4 / max(current.df, 1e-9))
+    se = math.sqrt(variance)
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(d) / se, df))
+    return math.exp(d), math.exp(d - half), math.exp(d + half), p
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-adjusted p-values (family-wise error over the list), in the input's order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
