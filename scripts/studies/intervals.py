@@ -8,6 +8,8 @@ commit (A/A), and does it catch a planted slowdown (power)?
     python scripts/studies/intervals.py run --out study/planted --runs 3 --planted
     python scripts/studies/intervals.py analyse study --json reports/studies/intervals/study.json
 
+The committed study: `analyse reports/studies/intervals/runs` (README there).
+
 `--before` runs with the sampling of dstbench 0.2 (one process per case, no settling segment,
 fixed round order) and `analyse` judges those runs with 0.2's interval (the order-statistic
 interval of the median of paired ratios); the other runs with today's defaults and intervals.
