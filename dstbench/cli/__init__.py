@@ -19,7 +19,8 @@ import warnings
 from dstbench.cli import check, compare, export, list_methods, profile, publish, report, run
 from dstbench.cli.common import HelpFormatter
 from dstbench.execution.lifeline import Terminated, terminate_as_interrupt
-from dstbench.util.exitcodes import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_IO_ERROR, signal_exit_code
+from dstbench.results.run_folder import RunDirError
+from dstbench.util.exitcodes import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_IO_ERROR, EXIT_USAGE, signal_exit_code
 from dstbench.util.text import clip
 from dstbench.util.version import __version__
 
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         except Terminated as exc:
             print(f"\n{exc}; finished cases are in the run folder's results.jsonl", file=sys.stderr)
             return signal_exit_code(exc.signum)
+        except RunDirError as exc:  # a run folder found unusable half way (damaged run.json, a link)
+            print(f"dstbench: {clip(exc, 2000)}", file=sys.stderr)
+            return EXIT_USAGE
         except OSError as exc:
             # Disk full, a read-only folder, a path that is a file: one line, not a chained traceback.
             reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)

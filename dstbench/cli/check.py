@@ -26,6 +26,10 @@ Selection = tuple[list[str] | None, list[float] | None]
 def add_parser(commands: Commands) -> None:
     p = add_command(commands, "check", "check a run against its suite's expectations (and say whether it is complete)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    p.add_argument(
+        "--allow-incomplete", action="store_true",
+        help="pass a run that lacks some of its suite's cases (default: an incomplete run fails, exit 1)",
+    )
     p.set_defaults(func=main)
 
 
@@ -42,15 +46,19 @@ def failed_cases_message(frame: "pd.DataFrame", case_ids: list[str] | None = Non
     return clip(f"{len(failed) + len(missing)} of {total} cases failed: {', '.join(failed + missing)}", 1000)
 
 
-def print_run_summary(run_dir: Path, console: Console, selection: Selection | None = None) -> int:
+def print_run_summary(
+    run_dir: Path, console: Console, selection: Selection | None = None, allow_incomplete: bool = False
+) -> int:
     """The end-of-run table, the suite's expectations and the failed cases; 1 if an expectation or
-    a case failed. With `selection` (a run's), every selected case must have an ok line; without
-    (`dstbench check`), every line present must be ok."""
+    a case failed, or a line of another suite is in the folder. With `selection` (a run's), every
+    selected case must have an ok line; without (`dstbench check`), every line present must be ok
+    and every case of the suite present (unless `allow_incomplete`)."""
     from dstbench.suite.plan import expand_cases
     from dstbench.results.coverage import run_coverage
     from dstbench.results.expectations import check_run, describe, summary
     from dstbench.report.headline import choose_reference
     from dstbench.results.derive import derive, load_frame, run_warnings
+    from dstbench.results.record import read_results
     from dstbench.report.tables import summary_table
 
     suite, outcomes = check_run(run_dir)
@@ -65,9 +73,22 @@ def print_run_summary(run_dir: Path, console: Console, selection: Selection | No
         print(summary_table(derived, reference))
         warnings = run_warnings(derived)
     print(f"\nresults: {run_dir / RESULTS_FILE}")
+    code = EXIT_OK
     coverage = run_coverage(run_dir)
     if coverage is not None and not coverage.complete:
         console.print(f"incomplete run: {coverage.summary()}", style="red", highlight=False, markup=False, soft_wrap=True)
+        # Only where run.json records what was asked for: an older folder cannot tell a case left
+        # out by --only from one an interruption never reached.
+        if selection is None and not allow_incomplete and coverage.recorded:
+            console.print("check: the run is incomplete (--allow-incomplete passes it)", style="red", highlight=False, markup=False)
+            code = EXIT_FAILED
+    foreign = read_results(run_dir).foreign
+    if foreign:
+        console.print(
+            clip(f"ERROR  {len(foreign)} line(s) of another suite in this run folder, left out: line {', '.join(foreign)}", 1000),
+            style="red", highlight=False, markup=False, soft_wrap=True,
+        )
+        code = EXIT_FAILED
     styles = {"PASS": None, "FAIL": "red", "SKIPPED": "yellow"}
     for warning in warnings:  # contended cases and implausible figures, named
         console.print(f"WARNING  {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
@@ -76,7 +97,6 @@ def print_run_summary(run_dir: Path, console: Console, selection: Selection | No
         console.print(
             describe(outcome, suite.reference), style=styles[outcome.verdict], highlight=False, markup=False, soft_wrap=True
         )
-    code = EXIT_OK
     if outcomes:
         failed = any(o.failed for o in outcomes)
         console.print(summary(outcomes), style="red" if failed else None, highlight=False)
@@ -101,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     try:
-        return print_run_summary(Path(args.run_dir), console)
+        return print_run_summary(Path(args.run_dir), console, allow_incomplete=args.allow_incomplete)
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE

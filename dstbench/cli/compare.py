@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.time_threshold < 0 or args.memory_threshold < 0 or not 0 < args.alpha < 1:
             raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
-        problem = output_file_problem(args.markdown, "--markdown") if args.markdown else None
+        problem = output_file_problem(args.markdown, "--markdown", [args.baseline, args.current]) if args.markdown else None
         if problem:
             raise CompareInputError(problem)
         comparison = compare_runs(

@@ -32,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
     except (RunDirError, MissingExtra) as exc:
         print(f"dstbench export: {exc}" if isinstance(exc, RunDirError) else str(exc), file=sys.stderr)
         return EXIT_USAGE
-    problem = output_file_problem(args.pytest_benchmark, "--pytest-benchmark")
+    problem = output_file_problem(args.pytest_benchmark, "--pytest-benchmark", [run_dir])
     if problem:
         print(f"dstbench export: {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         sets = parse_assignments(getattr(args, "set", None))
     except ValueError as exc:  # a malformed --set
-        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        console.print(clip(f"--set {exc}", 1000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     try:
         run_dir = run_suite(
@@ -146,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
             console=console,
         )
     except SuiteError as exc:
-        console.print(str(exc), style="red", highlight=False, markup=False)
+        console.print(clip(str(exc), 4000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     lines = list(iter_results(run_dir))
     print("\n\n".join(format_profile(line, run_dir) for line in lines))

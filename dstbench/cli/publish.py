@@ -10,6 +10,7 @@ from pathlib import Path
 from dstbench.cli.common import Commands, add_command
 from dstbench.results.run_folder import RunDirError, require_results
 from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
+from dstbench.util.files import output_place_problem
 
 
 def add_parser(commands: Commands) -> None:
@@ -22,6 +23,7 @@ def add_parser(commands: Commands) -> None:
 def main(args: argparse.Namespace) -> int:
     # Loaded here, not at the top: the site needs pandas, jinja2 and the report sections.
     from dstbench.report.publish import publish
+    from dstbench.report.site_manifest import SiteError
     from dstbench.results.record import iter_results
 
     try:
@@ -33,11 +35,19 @@ def main(args: argparse.Namespace) -> int:
     if site.exists() and not site.is_dir():
         print(f"--site: {site} is a file, not a folder", file=sys.stderr)
         return EXIT_USAGE
+    problem = output_place_problem(site, "--site", args.run_dirs)
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_USAGE
     # A run without one readable line (empty, or only a torn line) has nothing to show.
     empty = [str(d) for d in args.run_dirs if next(iter_results(Path(d)), None) is None]
     if empty:
         print(f"no readable result line in: {', '.join(empty)}", file=sys.stderr)
         return EXIT_USAGE
-    index = publish(list(args.run_dirs), args.site)
+    try:
+        index = publish(list(args.run_dirs), args.site)
+    except SiteError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
     print(f"site: {index}")
     return EXIT_OK

@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    problems = [output_file_problem(p, o) for o, p in (("--html", args.html), ("--markdown", args.markdown)) if p]
+    problems = [output_file_problem(p, o, run_dirs) for o, p in (("--html", args.html), ("--markdown", args.markdown)) if p]
     if any(problems):
         print("\n".join(p for p in problems if p), file=sys.stderr)
         return EXIT_USAGE

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from dstbench.cli.check import print_run_summary
 from dstbench.cli.common import Commands, add_command, add_selection_arguments, parse_assignments
+from dstbench.util.text import clip
 from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
 from dstbench.util.files import RESULTS_FILE, output_file_problem
 
@@ -25,6 +26,10 @@ def add_parser(commands: Commands) -> None:
     p.add_argument(
         "--resume", nargs="?", const=True, metavar="RUN_DIR",
         help="run only the missing cases of RUN_DIR (without RUN_DIR: the newest run of this suite under --out)",
+    )
+    p.add_argument(
+        "--retry-failed", action="store_true",
+        help="with --resume: also time again the cases whose line is not ok (failed, oom, timeout), with their groups",
     )
     p.add_argument("--dry-run", action="store_true", help="validate the suite and list the cases it would run; write nothing")
     p.add_argument("--html", metavar="FILE", help="also write the run's HTML report (as `dstbench report --html`)")
@@ -83,24 +88,30 @@ def main(args: argparse.Namespace) -> int:
     # soft_wrap: long paths and messages stay on one line, so logs stay grep-able.
     console = Console(stderr=True, soft_wrap=True)
     # Outputs are checked first: a report that cannot be written must not be found out after the run.
-    problems = [output_file_problem(path, option) for option, path in (("--html", args.html), ("--markdown", args.markdown)) if path]
+    inputs = [args.resume] if isinstance(args.resume, str) else []
+    problems = [
+        output_file_problem(path, option, inputs) for option, path in (("--html", args.html), ("--markdown", args.markdown)) if path
+    ]
     if any(problems):
         console.print("\n".join(p for p in problems if p), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     try:
         overrides = parse_assignments(args.set)
     except ValueError as exc:  # a malformed --set
-        console.print(f"--set {exc}", style="red", highlight=False, markup=False)
+        console.print(clip(f"--set {exc}", 1000), style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    if args.retry_failed and not args.resume:
+        console.print("--retry-failed: only with --resume (a new run has no failed cases)", style="red", highlight=False, markup=False)
         return EXIT_USAGE
     selection = dict(out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
-                     overrides=overrides)
+                     overrides=overrides, retry_failed=args.retry_failed)
     try:
         if args.dry_run:
             print_plan(plan_run(args.suite, **selection))
             return EXIT_OK
         run_dir = run_suite(args.suite, console=console, **selection)
     except SuiteError as exc:
-        console.print(str(exc), style="red", highlight=False, markup=False)
+        console.print(clip(str(exc), 4000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     # The exit code covers the cases this command selected (with --resume: finished earlier too).
     code = print_run_summary(run_dir, console, (args.only, args.density))

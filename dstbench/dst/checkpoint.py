@@ -13,7 +13,9 @@ atomically (a temporary file, then a rename) so a kill mid-write leaves the prev
 
 from __future__ import annotations
 
+import errno
 import os
+import pickle
 import random
 import re
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dstbench.util.files import slug
+from dstbench.util.files import open_no_follow, slug
 
 CHECKPOINT_DIR = "checkpoints"
 CASE_FORMAT = 1  # bumped when the layout of a case checkpoint changes
@@ -81,18 +83,33 @@ def case_checkpoint_path(run_dir: str | Path, case_id: str) -> Path:
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:
+    """Write a checkpoint through a temporary file and a rename; never through a symbolic link
+    (of the file or its folder), which would put it outside the run folder."""
+    if path.parent.is_symlink():
+        raise OSError(errno.ELOOP, "a checkpoint folder that is a symbolic link is never written through", str(path.parent))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
+    with os.fdopen(open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as handle:
         torch.save(payload, handle)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
+class CheckpointDamaged(Exception):
+    """A case checkpoint that cannot be read (truncated, overwritten): the message names the file."""
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A case checkpoint, on the CPU (the method moves what it loads to its device)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """A case checkpoint, on the CPU (the method moves what it loads to its device);
+    `CheckpointDamaged` naming the file when it cannot be read."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        raise CheckpointDamaged(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(state, dict):
+        raise CheckpointDamaged(f"{path}: damaged checkpoint (not a dict)")
+    return state
 
 
 def rng_state() -> dict[str, Any]:

@@ -166,8 +166,16 @@ def measure_accuracy(
     path = ckpt.case_checkpoint_path(run_dir, case.case_id)
     start_epoch, curve, train_time = 0, [], 0.0
     if resume and path.exists():
-        state = _resume_from(path, method, suite, case, steps_per_epoch)
-        start_epoch, curve, train_time = int(state["epoch"]), list(state["curve"]), float(state["train_time_s"])
+        try:
+            state: dict[str, Any] | None = _resume_from(path, method, suite, case, steps_per_epoch)
+        except ckpt.CheckpointDamaged as exc:
+            # Nothing was loaded yet: the case starts afresh, and the damaged file goes.
+            if distributed.rank() == 0:
+                path.unlink(missing_ok=True)
+            result.warnings.append(f"{exc}; discarded, the case was trained afresh")
+            state = None
+        if state is not None:
+            start_epoch, curve, train_time = int(state["epoch"]), list(state["curve"]), float(state["train_time_s"])
     if distributed.is_distributed():
         # A rank that started afresh while the others resumed would train a different number of
         # steps and leave its peers waiting in a collective: refuse instead.

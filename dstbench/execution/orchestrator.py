@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -27,7 +28,9 @@ from rich.console import Console
 
 from dstbench.execution.case_setup import CaseTask
 from dstbench.suite.cases import Case
-from dstbench.suite.plan import RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, resume_conflicts, select_cases
+from dstbench.suite.plan import (
+    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, resume_conflicts, select_cases, setup_changes,
+)
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
@@ -39,7 +42,7 @@ from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress
 from dstbench.results.record import CaseResult, append_result, iter_results, replace_results
 from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
-from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, slug, write_atomic
+from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, output_place_problem, slug, write_atomic
 from dstbench.execution.rounds import GroupRun, run_groups
 from dstbench.suite.loading import SuiteError, load_suite
 
@@ -64,6 +67,15 @@ def overrides_text(overrides: dict[str, Any] | None) -> str:
     return " ".join(f"{key}={json.dumps(value)}" for key, value in (overrides or {}).items())
 
 
+def resume_command(suite_path: Path, run_dir: Path, overrides: dict[str, Any] | None) -> str:
+    """The command that resumes `run_dir` as it was run, its `--set` overrides replayed (quoted for
+    a POSIX shell). `--device` is one of them (`device=...`)."""
+    words = ["dstbench", "run", str(suite_path), "--resume", str(run_dir)]
+    for key, value in (overrides or {}).items():
+        words += ["--set", f"{key}={json.dumps(value)}"]
+    return shlex.join(words)
+
+
 def write_suite_file(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrides: dict[str, Any] | None = None) -> None:
     source = f"{suite_path} with --set {overrides_text(overrides)}" if overrides else str(suite_path)
     write_atomic(
@@ -82,6 +94,8 @@ def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrid
         "suite_path": str(suite_path),
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "overrides": dict(overrides or {}),  # `--set` and `--device`, as given
+        # What the hash is made of, so that a resume with a changed suite can name what changed.
+        "setup": suite.setup_settings(),
         **git_state(),
     }
     write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
@@ -102,6 +116,21 @@ def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume
     if run_dir is None or not (run_dir / RUN_FILE).exists() or not (run_dir / SUITE_FILE).exists():
         where = run_dir if run_dir is not None else f"{out} (no run of suite {suite.name!r} with these settings)"
         raise SuiteError(str(suite_path), [("--resume", f"nothing to resume in {where}")])
+    try:
+        meta = load_run_meta(run_dir, required=True)  # a damaged run.json is refused, never rewritten
+    except RunDirError as exc:
+        raise SuiteError(str(suite_path), [("--resume", str(exc))]) from None
+    recorded = meta.get("suite_hash")
+    if recorded and recorded != suite.setup_hash():
+        # Checked against run.json, not only the stored suite.yaml: an edited suite.yaml would
+        # otherwise put cases of two setups into one folder.
+        changed = setup_changes(meta.get("setup"), suite)
+        what = f"changed: {', '.join(changed)}" if changed else "its run.json records no settings to name the change"
+        raise SuiteError(
+            str(suite_path),
+            [("--resume", f"{run_dir} holds cases of suite hash {recorded} (run.json) and this suite's is "
+              f"{suite.setup_hash()} ({what}); a run folder holds one suite's cases: start a new run")],
+        )
     stored = load_suite(run_dir / SUITE_FILE)
     conflicts = resume_conflicts(stored, suite)
     if conflicts:
@@ -145,20 +174,35 @@ def resolve_run_dir(
         # Added methods or densities (or new expectations): the folder's suite now describes every
         # case it will hold, and `dstbench check` uses the current expectations.
         write_suite_file(run_dir, suite, suite_path, overrides)
+    record_resume(run_dir, overrides)
     return run_dir
 
 
-def _latest_lines(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The last line of each case in the run folder (a later line for a case wins, as in reports)."""
-    return {str(line.get("case_id")): line for line in iter_results(run_dir)}
+def record_resume(run_dir: Path, overrides: dict[str, Any] | None) -> None:
+    """Add this resume (when, its `--set` overrides) to run.json, and its overrides to the run's."""
+    meta = load_run_meta(run_dir, required=True)
+    entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "overrides": dict(overrides or {})}
+    meta["resumes"] = [*meta.get("resumes", []), entry]
+    meta["overrides"] = {**meta.get("overrides", {}), **(overrides or {})}
+    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
 
 
-def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[str]) -> list[CaseResult]:
+def _latest_lines(run_dir: Path, ok_only: bool = False) -> dict[str, dict[str, Any]]:
+    """The last line of each case in the run folder (a later line for a case wins, as in reports);
+    `ok_only`: only those whose status is ok (`--retry-failed` times the others again)."""
+    return {str(line.get("case_id")): line for line in iter_results(run_dir) if not ok_only or line.get("status") == "ok"}
+
+
+def write_group(
+    run_dir: Path, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False
+) -> list[CaseResult]:
     """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
-    from a group) merges with its line from the other groups, less what an earlier, interrupted
-    timing of this group left; a group timed again replaces its old lines; other lines are
-    appended. `written`: the ids of the groups written so far by this run (updated)."""
-    lines = _latest_lines(run_dir)
+    from a group) merges with its line from the other groups, less what an earlier timing of this
+    group left; a group timed again replaces its old lines; other lines are appended. `written`:
+    the ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
+    replaced, never merged."""
+    every_line = _latest_lines(run_dir)
+    lines = _latest_lines(run_dir, ok_only=retry_failed)
     results = []
     for result in timed.results:
         old = lines.get(result.case_id)
@@ -169,8 +213,10 @@ def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[s
                     old = strip_group(old, timed.group.base)
                 result = merge_shared(old, result)
         results.append(result)
-    written.update([timed.group_id, *(g for r in results for g in r.groups)])
-    replaced = {r.case_id for r in results} & set(lines)
+    # The groups this timing made, not those a merged line carries from before this run: an old
+    # group of this density counted as written would be merged with its new timing, not replaced.
+    written.update([timed.group_id, *(g for r in timed.results for g in r.groups)])
+    replaced = {r.case_id for r in results} & set(every_line)
     if replaced or len(results) > 1:
         # One atomic rewrite: an interruption never leaves half a group in results.jsonl.
         replace_results(run_dir, replaced, results)
@@ -182,7 +228,7 @@ def write_group(run_dir: Path, timed: GroupRun, shared: set[str], written: set[s
 
 def run_cases(
     suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
-    launcher: Any = None, shared: set[str] | None = None,
+    launcher: Any = None, shared: set[str] | None = None, retry_failed: bool = False,
 ) -> list[CaseResult]:
     """Time the groups (one after another, or as the launcher places them: `schedule_groups`),
     reporting progress (`dstbench.execution.progress`); write each group's lines as it ends and print one
@@ -205,7 +251,7 @@ def run_cases(
         # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
         with contextlib.closing(schedule_groups(launcher, groups, tasks, progress_for, suite.reference)) as timed_groups:
             for timed in timed_groups:
-                written = write_group(run_dir, timed, shared, written_ids)
+                written = write_group(run_dir, timed, shared, written_ids, retry_failed)
                 for result in written:
                     progress.case_finished(result.case_id, result, count=result.case_id not in counted)
                     counted.add(result.case_id)
@@ -232,6 +278,7 @@ def plan_run(
     only: list[str] | None = None,
     densities: list[float] | None = None,
     overrides: dict[str, Any] | None = None,
+    retry_failed: bool = False,
 ) -> RunPlan:
     """Validate the suite (with `overrides` and `device`) and the selection, and list the cases;
     writes nothing. Raises `SuiteError` when any of it is unusable."""
@@ -245,6 +292,9 @@ def plan_run(
     blocking = next((p for p in (out, *out.parents) if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
         raise SuiteError(str(suite_path), [("--out", f"{blocking} is a file, not a folder for run folders")])
+    nested = output_place_problem(out, "--out")  # a run folder never holds another
+    if nested:
+        raise SuiteError(str(suite_path), [("--out", nested.removeprefix("--out: "))])
     run_dir = find_resumed_run_dir(Path(out), suite, suite_path, resume) if resume else None
     launcher = make_launcher(suite.launcher)
     # What only this host can say (GPUs and cores for `parallel`, submitit and Slurm for jobs).
@@ -253,7 +303,7 @@ def plan_run(
         raise SuiteError(str(suite_path), problems)
     return make_plan(
         suite, suite_path, overrides, only=only, densities=densities, can_interleave=launcher.interleaves,
-        launcher=launcher, run_dir=run_dir, lines=_latest_lines(run_dir) if run_dir else {},
+        launcher=launcher, run_dir=run_dir, lines=_latest_lines(run_dir, ok_only=retry_failed) if run_dir else {},
     )
 
 
@@ -271,6 +321,7 @@ def run_suite(
     densities: list[float] | None = None,
     overrides: dict[str, Any] | None = None,
     console: Console | None = None,
+    retry_failed: bool = False,
 ) -> Path:
     """Run a suite (or the missing cases of an earlier run) and return its run folder.
 
@@ -279,7 +330,10 @@ def run_suite(
     is written when the suite, the selection or the run folder to resume is unusable.
     """
     console = console or Console(stderr=True, soft_wrap=True)
-    plan = plan_run(suite_path, out=out, device=device, resume=resume, only=only, densities=densities, overrides=overrides)
+    plan = plan_run(
+        suite_path, out=out, device=device, resume=resume, only=only, densities=densities, overrides=overrides,
+        retry_failed=retry_failed,
+    )
     suite, suite_path, cases = plan.suite, plan.suite_path, plan.cases
     lock = RunLock()
     try:
@@ -288,12 +342,15 @@ def run_suite(
         # unfinished run from one that selected fewer cases (dstbench.results.coverage).
         record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
         shared = plan.shared
-        todo_groups = pending_groups(plan.groups, _latest_lines(run_dir), shared)  # again, under the lock
+        todo_groups = pending_groups(plan.groups, _latest_lines(run_dir, ok_only=retry_failed), shared)  # again, under the lock
         todo = cases_of(todo_groups)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
         try:
-            run_cases(suite, suite_path, run_dir, todo_groups, console, resume=bool(resume), launcher=plan.launcher, shared=shared)
+            run_cases(
+                suite, suite_path, run_dir, todo_groups, console, resume=bool(resume), launcher=plan.launcher, shared=shared,
+                retry_failed=retry_failed,
+            )
         except (KeyboardInterrupt, Terminated) as stop:
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
@@ -306,7 +363,7 @@ def run_suite(
             console.print(
                 f"stopped ({'Ctrl-C' if isinstance(stop, KeyboardInterrupt) else stop}): {len(cases) - len(unfinished)} of "
                 f"{len(cases)} cases have a line in {run_dir / 'results.jsonl'}; not run: {clip(', '.join(unfinished), 300)}. "
-                f"Run them with: dstbench run {suite_path} --resume {run_dir}",
+                f"Run them with: {resume_command(suite_path, run_dir, load_run_meta(run_dir).get('overrides', plan.overrides))}",
                 highlight=False, markup=False,
             )
             raise

@@ -10,7 +10,7 @@ from tabulate import tabulate
 from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code
 from dstbench.suite.cases import case_id
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_USAGE
-from dstbench.util.text import percent
+from dstbench.util.text import markdown_text, percent
 
 
 def _time_cell(t: TimeVerdict | None) -> str:
@@ -56,6 +56,8 @@ def table(comparison: Comparison, fmt: str = "simple") -> str:
         row += ([_memory_cell(c, "peak")] if with_peak else [])
         row += [_memory_cell(c, "state"), _memory_cell(c, "activation"), _verdict_cell(c), "; ".join(c.notes)]
         rows.append(row)
+    if fmt == "github":  # Markdown: names and notes come from user files
+        rows = [[markdown_text(cell) for cell in row] for row in rows]
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 

@@ -5,11 +5,13 @@ printed above the tables."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pandas as pd
 
 from dstbench.results.derive import data_loading, headline, run_warnings
 from dstbench.results.run_folder import run_reference
+from dstbench.util.files import SUITE_FILE
 
 
 def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | None) -> tuple[str | None, str]:
@@ -22,7 +24,13 @@ def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | 
         if len(set(found)) > 1:
             print(f"runs name different references ({', '.join(sorted(set(found)))}); comparing against {found[0]}", file=sys.stderr)
         return found[0], ""
-    return ("dense", "") if "dense" in methods else (str(methods[0]), "")
+    fallback = "dense" if "dense" in methods else str(methods[0])
+    # Said, never silent: a damaged suite.yaml must not change what the figures are relative to.
+    unread = [str(Path(d) / SUITE_FILE) for d in run_dirs if (Path(d) / SUITE_FILE).exists() and run_reference(d) is None]
+    if unread or found:
+        why = f"no reference could be read from {', '.join(unread)}" if unread else f"the suite's reference {found[0]!r} has no line"
+        print(f"{why}; comparing against {fallback} (--reference chooses another)", file=sys.stderr)
+    return fallback, ""
 
 
 def headline_text(derived: pd.DataFrame) -> str:

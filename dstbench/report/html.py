@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import pandas as pd
 
 from dstbench.results.derive import data_loading, headline, run_warnings
@@ -23,6 +24,7 @@ from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
 from dstbench.results.run_folder import load_run_meta
 from dstbench.util.files import SUITE_FILE, write_atomic
+from dstbench.util.text import markdown_text
 
 
 @dataclass
@@ -70,6 +72,9 @@ def environment(autoescape: bool = True) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("dstbench.report", "templates"),
         autoescape=autoescape,
+        # Markdown: every value's HTML characters as entities (names come from user files); a value
+        # marked safe (the suite text inside its code fence) is written as it is.
+        finalize=None if autoescape else _markdown_value,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -78,6 +83,10 @@ def environment(autoescape: bool = True) -> jinja2.Environment:
     env.filters["run_label"] = run_label
     env.filters["tabulate"] = render_table
     return env
+
+
+def _markdown_value(value: Any) -> str:
+    return str(value) if isinstance(value, markupsafe.Markup) else markdown_text(value)
 
 
 def dstbench_version() -> str:
@@ -140,7 +149,7 @@ def render_markdown(page: Page) -> str:
         # A fence longer than any backtick run inside the suite keeps the block closed where it should.
         while run.suite_text and fence in run.suite_text:
             fence += "`"
-    return environment(False).get_template("report.md.j2").render(page=page, fence=fence)
+    return environment(False).get_template("report.md.j2").render(page=page, fence=markupsafe.Markup(fence))
 
 
 def write_report(derived: pd.DataFrame, run_dirs: list[str | Path], path: str | Path) -> Path:

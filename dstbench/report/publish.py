@@ -6,12 +6,15 @@
                               and the profiler traces and memory snapshots its result lines name
 
 A published run folder is itself a run folder, so runs published earlier stay listed when new ones
-are added; a run with the same folder name is replaced. Every link is relative. The command is
-`dstbench.cli.publish`.
+are added. publish never deletes or replaces what it did not write (`dstbench.report.site_manifest`):
+a run published again from the same folder replaces its own copies; another run of the same name
+gets a suffix. Only regular files inside a run folder are copied (never through a symbolic link).
+Every link is relative. The command is `dstbench.cli.publish`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,6 +27,7 @@ from dstbench.results.expectations import run_outcomes
 from dstbench.results.derive import derive, headline, load_frame
 from dstbench.report.headline import choose_reference
 from dstbench.report.history import SiteRun, suite_histories
+from dstbench.report.site_manifest import SITE_PAGES, PublishedRun, load_manifest, remove_published
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
@@ -74,32 +78,38 @@ def _linked_files(run_dir: Path) -> list[str]:
     return names
 
 
-def _copy_run(source: Path, dest: Path) -> None:
-    if source.resolve() == dest.resolve():
-        return
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    for name in RUN_FILES:
-        if (source / name).exists():
-            shutil.copy2(source / name, dest / name)
-    for name in _linked_files(source):
-        if (source / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / name, dest / name)
+def regular_file_in(folder: Path, name: str) -> Path | None:
+    """`folder/name` when it is a regular file inside `folder` reached through no symbolic link
+    (publish copies nothing from outside a run folder), else None."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        return None
+    if any(folder.joinpath(*parts[:depth]).is_symlink() for depth in range(1, len(parts) + 1)):
+        return None
+    path = folder / name
+    return path if path.is_file() else None
 
 
-def _targets(run_dirs: list[Path]) -> list[str]:
-    """A folder name per given run; runs from different places with one name get a suffix."""
-    names: list[str] = []
-    for run_dir in run_dirs:
-        base = name = slug(run_dir.resolve().name)
-        suffix = 1
-        while name in names:
-            suffix += 1
-            name = f"{base}-{suffix}"
-        names.append(name)
-    return names
+def _copy_run(source: Path, dest: Path) -> list[str]:
+    """Copy the run's files (and those its lines name) into `dest`; returns the names copied."""
+    names = list(dict.fromkeys((*RUN_FILES, *_linked_files(source))))
+    if dest.exists() and os.path.samefile(source, dest):
+        return [name for name in names if regular_file_in(source, name)]
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for name in names:
+        path = regular_file_in(source, name)
+        if path is None:
+            if os.path.lexists(source / name):
+                print(f"publish: left out {source / name}: not a regular file inside the run folder", file=sys.stderr)
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()  # never write through a link
+        shutil.copyfile(path, target)
+        copied.append(name)
+    return copied
 
 
 def write_run_page(run_dir: Path) -> None:
@@ -111,16 +121,30 @@ def write_run_page(run_dir: Path) -> None:
 
 
 def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
-    """Add `run_dirs` to the site at `site` (created if needed); returns its index.html."""
+    """Add `run_dirs` to the site at `site` (created if needed); returns its index.html.
+    `SiteError` before anything is written when the site holds what publish did not write."""
     site = Path(site)
+    manifest = load_manifest(site)
     runs_root = site / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
-    sources = [Path(d) for d in run_dirs]
-    for source, name in zip(sources, _targets(sources)):
-        _copy_run(source, runs_root / name)
-        write_run_page(runs_root / name)
-        print(f"published {source} as {runs_root / name / 'index.html'}", file=sys.stderr)
-    runs = [load_site_run(p.parent) for p in sorted(runs_root.glob(f"*/{RESULTS_FILE}"))]
+    taken: set[str] = set()
+    for source in [Path(d) for d in run_dirs]:
+        name = manifest.name_for(source, runs_root, taken, slug(source.resolve().name))
+        taken.add(name)
+        dest = runs_root / name
+        previous = manifest.runs.get(name)
+        # The name is claimed in the manifest first: a publish stopped half way leaves a run
+        # folder the manifest knows.
+        manifest.runs[name] = PublishedRun(os.path.realpath(source), previous.files if previous else [])
+        manifest.save(site)
+        if not (dest.exists() and os.path.samefile(source, dest)):
+            remove_published(dest, previous)
+        copied = _copy_run(source, dest)
+        write_run_page(dest)
+        manifest.runs[name] = PublishedRun(os.path.realpath(source), sorted({*copied, "index.html"}))
+        manifest.save(site)
+        print(f"published {source} as {dest / 'index.html'}", file=sys.stderr)
+    runs = [load_site_run(runs_root / name) for name in sorted(manifest.runs) if (runs_root / name / RESULTS_FILE).is_file()]
     runs = [run for run in runs if not run.derived.empty]  # nothing to list for a run without lines
     runs.sort(key=lambda r: (r.created, r.label), reverse=True)
     env = environment(True)
@@ -129,5 +153,7 @@ def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
     histories = suite_histories(runs)
     write_atomic(site / "history.html", env.get_template("history.html.j2").render(histories=histories, **common))
     # GitHub Pages would otherwise run Jekyll over the site and drop files it does not know.
-    (site / ".nojekyll").write_text("")
+    write_atomic(site / ".nojekyll", "")
+    manifest.pages = list(SITE_PAGES)
+    manifest.save(site)
     return site / "index.html"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -20,7 +19,7 @@ import yaml
 from dstbench.suite.cases import case_id
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
-from dstbench.util.files import RUN_FILE, SUITE_FILE
+from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,18 +80,17 @@ class Coverage:
 
 def record_cases(run_dir: str | Path, planned: Iterable[PlannedCase], selected: Iterable[str], **fields: Any) -> None:
     """Write the suite's cases and the selection into `run.json` (with any other `fields`). A run
-    resumed with another selection keeps what it was asked for before, too."""
+    resumed with another selection keeps what it was asked for before, too. A damaged run.json is
+    a `RunDirError`, never rewritten with its other fields lost."""
     run_dir = Path(run_dir)
-    meta = load_run_meta(run_dir)
+    meta = load_run_meta(run_dir, required=True)
     before = [c for c in meta.get("selected") or [] if isinstance(c, str)]
     planned = list(planned)
     meta["cases"] = [p.to_dict() for p in planned]
     meta["selected"] = list(dict.fromkeys([*before, *selected]))
     meta.update(fields)
     path = run_dir / RUN_FILE
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomic(path, json.dumps(meta, indent=2) + "\n")  # a rename: a link at run.json is replaced, not followed
 
 
 def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:

@@ -35,7 +35,7 @@ from dstbench.measure.trackers.base import (
 )
 from dstbench.measure.trackers.noise import WARNINGS_OF_GROUPS
 from dstbench.util.text import clip, short_repr
-from dstbench.util.files import RESULTS_FILE, write_atomic
+from dstbench.util.files import RESULTS_FILE, RUN_FILE, open_no_follow, write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -232,7 +232,10 @@ def append_result(run_dir: Path, result: CaseResult) -> None:
     path = Path(run_dir) / RESULTS_FILE
     prefix = "" if not path.exists() or _ends_with_newline(path) else "\n"
     data = (prefix + line + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except OSError as exc:  # ELOOP: a link would send the line to a file outside the run folder
+        raise OSError(exc.errno, f"{exc.strerror} (a symbolic link is never written through)", str(path)) from None
     try:
         size, written = os.fstat(fd).st_size, 0
         try:
@@ -329,19 +332,49 @@ def line_problem(data: Any) -> str | None:
 _WARNED: set[tuple[Any, ...]] = set()
 
 
-def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Result lines as dicts, one per case id.
+@dataclasses.dataclass
+class ResultsRead:
+    """A results.jsonl as read: the usable lines (the last of each case id), and what was left out."""
 
-    Unusable lines are skipped: a torn line of a run killed mid-write, text that is not JSON, a
-    line whose fields have the wrong types (`line_problem`); their cases count as not run. A case
-    id with several lines (two runs writing one folder, a hand-edited file) keeps its last line,
-    which stands where that line stands. Each file's problems are said once, in one warning.
-    """
+    lines: dict[str, dict[str, Any]]
+    skipped: list[str]  # "LINE (why)" of unusable lines
+    duplicated: dict[str, int]  # case id -> lines
+    foreign: list[str]  # "LINE (case, hash)" of lines of another suite hash than run.json's
+    suite_hash: str | None = None
+
+    def problems(self) -> list[str]:
+        parts = []
+        if self.skipped:
+            parts.append(f"skipped {len(self.skipped)} unreadable line(s): line {', '.join(self.skipped)}; their cases count as not run")
+        if self.foreign:
+            parts.append(
+                f"left out {len(self.foreign)} line(s) of another suite than the run's ({self.suite_hash}, run.json): "
+                f"line {', '.join(self.foreign)}; a run folder holds one suite's cases"
+            )
+        if self.duplicated:
+            listed = ", ".join(f"{case} ({n} lines)" for case, n in self.duplicated.items())
+            parts.append(f"{len(self.duplicated)} case id(s) appear more than once: {listed}; the last line of each counts")
+        return parts
+
+
+def _run_suite_hash(run_dir: Path) -> str | None:
+    try:
+        meta = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = meta.get("suite_hash") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def read_results(run_dir: Path) -> ResultsRead:
+    """Every line of `run_dir/results.jsonl`, sorted into usable ones and what was left out: a torn
+    line of a run killed mid-write, text that is not JSON, a line whose fields have the wrong types
+    (`line_problem`), a line of another suite hash than run.json records (never merged with the
+    run's). A case id with several lines keeps its last line, which stands where that line stands."""
+    read = ResultsRead({}, [], {}, [], _run_suite_hash(run_dir))
     path = Path(run_dir) / RESULTS_FILE
     if not path.exists():
-        return
-    skipped: list[str] = []
-    lines: dict[str, dict[str, Any]] = {}
+        return read
     counts: dict[str, int] = {}
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, text in enumerate(handle, 1):
@@ -351,28 +384,35 @@ def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:
             try:
                 data = json.loads(text)
             except (json.JSONDecodeError, RecursionError):
-                skipped.append(f"{number} (not JSON)")
+                read.skipped.append(f"{number} (not JSON)")
                 continue
             problem = line_problem(data)
             if problem:
-                skipped.append(f"{number} ({problem})")
+                read.skipped.append(f"{number} ({problem})")
                 continue
             case = data["case_id"]
+            line_hash = data.get("suite_hash")
+            if read.suite_hash and isinstance(line_hash, str) and line_hash != read.suite_hash:
+                read.foreign.append(f"{number} ({case}, {line_hash})")
+                continue
             counts[case] = counts.get(case, 0) + 1
-            lines.pop(case, None)  # the last line of a case id counts, in its place
-            lines[case] = data
-    yield from lines.values()
-    duplicated = {case: n for case, n in counts.items() if n > 1}
-    key = (str(path.resolve()), tuple(skipped), tuple(duplicated.items()))
-    if (skipped or duplicated) and key not in _WARNED:
+            read.lines.pop(case, None)  # the last line of a case id counts, in its place
+            read.lines[case] = data
+    read.duplicated = {case: n for case, n in counts.items() if n > 1}
+    return read
+
+
+def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Result lines as dicts, one per case id (`read_results`); cases of unusable lines count as
+    not run. Each file's problems are said once, in one warning."""
+    read = read_results(run_dir)
+    yield from read.lines.values()
+    parts = read.problems()
+    path = Path(run_dir) / RESULTS_FILE
+    key = (str(path.resolve()), tuple(parts))
+    if parts and key not in _WARNED:
         # A run reads its results several times (resume, table, expectations): say it once.
         _WARNED.add(key)
-        parts = []
-        if skipped:
-            parts.append(f"skipped {len(skipped)} unreadable line(s): line {', '.join(skipped)}; their cases count as not run")
-        if duplicated:
-            listed = ", ".join(f"{case} ({n} lines)" for case, n in duplicated.items())
-            parts.append(f"{len(duplicated)} case id(s) appear more than once: {listed}; the last line of each counts")
         warnings.warn(clip(f"{path}: " + "; ".join(parts), 2000), stacklevel=2)
 
 

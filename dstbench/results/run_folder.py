@@ -7,6 +7,7 @@ Nothing here imports torch, so commands that only read results (report, compare,
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
 import socket
@@ -15,15 +16,34 @@ from typing import Any, Iterable, TextIO
 
 import yaml
 
-from dstbench.util.files import LOCK_FILE, RESULTS_FILE, RUN_FILE, SUITE_FILE
+from dstbench.util.files import LOCK_FILE, RESULTS_FILE, RUN_FILE, SUITE_FILE, open_no_follow
 
 
 class RunDirError(Exception):
     """A folder that is not a usable run folder (exit code 2)."""
 
 
+# The fields of run.json a reader relies on, with the JSON types each may have.
+RUN_META_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "suite": (str,), "suite_hash": (str,), "suite_path": (str,), "created": (str,),
+    "overrides": (dict,), "setup": (dict,), "cases": (list,), "selected": (list,), "interruptions": (list,),
+    "resumes": (list,), "commit": (str, type(None)), "dirty": (bool, type(None)),
+}
+
+
+def run_meta_problems(meta: dict[str, Any]) -> list[str]:
+    """'selected is 7, not list' for each known field of the wrong type."""
+    out = []
+    for key, types in RUN_META_TYPES.items():
+        if key in meta and not isinstance(meta[key], types):
+            out.append(f"{key} is {json.dumps(meta[key])[:40]}, not {' or '.join(t.__name__ for t in types)}")
+    return out
+
+
 def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, Any]:
-    """`run.json` of a run folder. Missing or unreadable: `{}`, or `RunDirError` when `required`."""
+    """`run.json` of a run folder, typed (`RUN_META_TYPES`). Missing or unreadable: `{}`; a field
+    of the wrong type is left out. With `required` either is a `RunDirError` instead (a run that
+    will be written to must not lose what its run.json held)."""
     path = Path(run_dir) / RUN_FILE
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -39,6 +59,12 @@ def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, A
         if required:
             raise RunDirError(f"{path}: not a JSON object")
         return {}
+    problems = run_meta_problems(meta)
+    if problems and required:
+        raise RunDirError(f"{path}: damaged ({'; '.join(problems)}); restore it, or start a new run")
+    for key in RUN_META_TYPES:
+        if key in meta and not isinstance(meta[key], RUN_META_TYPES[key]):
+            del meta[key]
     return meta
 
 
@@ -81,7 +107,13 @@ class RunLock:
             self.path = Path(run_dir) / LOCK_FILE
         if self.path is None:
             raise ValueError("RunLock.acquire: no run folder given")
-        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RunDirError(f"{self.path} is a symbolic link: dstbench never writes through one; remove it") from None
+            raise
+        handle = os.fdopen(fd, "r+", encoding="utf-8")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

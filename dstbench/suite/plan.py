@@ -149,6 +149,12 @@ def _diff(old: Any, new: Any, key: str) -> list[str]:
     return [] if old == new else [key]
 
 
+def setup_changes(recorded: Any, suite: SuiteConfig) -> list[str]:
+    """The dotted keys of `suite`'s setup (`SuiteConfig.setup_settings`) that differ from the one
+    a run recorded in its run.json (`setup`); empty when none was recorded."""
+    return _diff(recorded, suite.setup_settings(), "") if isinstance(recorded, dict) else []
+
+
 def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     """Why `current` may not add cases to a run made with `stored`: each entry names a setting whose
     change would leave the run folder with cases measured under different settings. Empty when only

@@ -44,13 +44,14 @@ def _check_files(info: ValidationInfo) -> bool:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf or nan anywhere a suite takes a number (seconds, rates, bounds): refused, never a crash.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(BaseModel):
     """`name` is a timm ViT; every other key goes to `timm.create_model`."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     name: str = "vit_tiny_patch16_224"
     checkpoint: str | None = None
 
@@ -147,9 +148,14 @@ class TimingConfig(Strict):
         return self.total_steps or self.warmup_steps + (self.settle_segments + self.segments) * self.segment_steps
 
 
+# Labels and the suite's name become file and folder names (run folders, checkpoints, traces):
+# well inside a file system's 255-byte limit once a stamp or a case id is added.
+NAME_LIMIT = 100
+
+
 class MethodSpec(Strict):
-    name: str
-    label: str | None = None  # to run one method twice with different params
+    name: str = Field(min_length=1, max_length=NAME_LIMIT)
+    label: str | None = Field(None, min_length=1, max_length=NAME_LIMIT)  # to run one method twice with different params
     params: dict[str, Any] = {}
     # Run this method at these of the suite's densities only (default: all of them); e.g. a 2:4
     # execution, which exists at 0.5 only. Checked in `SuiteConfig._method_densities_in_suite`.
@@ -210,7 +216,7 @@ PARALLEL_CPU_INTERLEAVED = (
 
 
 class SuiteConfig(Strict):
-    name: str
+    name: str = Field(min_length=1, max_length=NAME_LIMIT)
     description: str = ""
     device: Literal["auto", "cuda", "cpu", "mps"] = "auto"
     seed: int = Field(0, ge=0, le=2**63 - 1)  # what torch.manual_seed and numpy accept
@@ -440,11 +446,9 @@ class SuiteConfig(Strict):
                     raise ValueError(f"{where}.density: {exp.method} runs at {listed} only, not {exp.density:g}")
         return self
 
-    def setup_hash(self) -> str:
-        """Hash of what a case's measurement depends on besides its method and density.
-
-        Two runs whose cases share this hash (and method, params, density) can be compared.
-        """
+    def setup_settings(self) -> dict[str, Any]:
+        """What a case's measurement depends on besides its method and density (`setup_hash`'s
+        input; run.json keeps it, so a changed suite can be told key by key)."""
         measured = self.model_dump(
             mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "fuse_norms", "mode", "timing", "accuracy"}
         )
@@ -455,4 +459,12 @@ class SuiteConfig(Strict):
             measured["timing"].pop(key, None)
         if self.threads is not None:
             measured["threads"] = self.threads
+        return measured
+
+    def setup_hash(self) -> str:
+        """Hash of what a case's measurement depends on besides its method and density.
+
+        Two runs whose cases share this hash (and method, params, density) can be compared.
+        """
+        measured = self.setup_settings()
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:16]

@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 SUITE_FILE = "suite.yaml"
 RUN_FILE = "run.json"
@@ -61,13 +62,55 @@ def make_unique_dir(parent: Path, base: str) -> Path:
             suffix += 1
 
 
-def output_file_problem(path: str | Path, option: str) -> str | None:
-    """Why `path` cannot be written as an output file (it is a folder, or a file stands where a
-    folder of it would be created), checked before a run so that its report is not lost after it."""
+def is_run_folder(folder: str | Path) -> bool:
+    """A folder holding results.jsonl, or run.json beside suite.yaml (a run that has no line yet);
+    a lone run.json may be another tool's file."""
+    folder = Path(folder)
+    return folder.is_dir() and (
+        os.path.lexists(folder / RESULTS_FILE) or os.path.lexists(folder / RUN_FILE) and os.path.lexists(folder / SUITE_FILE)
+    )
+
+
+def run_folder_of(path: str | Path) -> Path | None:
+    """The run folder (`is_run_folder`) `path` is or lies in, links followed; None when none."""
+    real = Path(os.path.realpath(path))
+    return next((folder for folder in (real, *real.parents) if is_run_folder(folder)), None)
+
+
+def is_within(path: str | Path, folder: str | Path) -> bool:
+    """`path` is `folder` or lies inside it, links followed on both sides."""
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return real == root or root in real.parents
+
+
+def output_place_problem(path: str | Path, option: str, inputs: Iterable[str | Path] = ()) -> str | None:
+    """Why an output (file or folder) may not go to `path`: it is, or is inside, a run folder given
+    as input or any run folder (its own files would be overwritten or mixed with a report)."""
+    for folder in inputs:
+        if is_within(path, folder):
+            return f"{option}: {path} is inside the input run folder {folder}; write it outside the run folder"
+    folder = run_folder_of(path)
+    if folder is not None:
+        return f"{option}: {path} is inside the run folder {folder}; write it outside the run folder"
+    return None
+
+
+def output_file_problem(path: str | Path, option: str, inputs: Iterable[str | Path] = ()) -> str | None:
+    """Why `path` cannot be written as an output file (it is a folder, a file stands where a folder
+    of it would be created, or it is inside a run folder: `output_place_problem`), checked before
+    anything runs, so that no input is overwritten and no report is lost after a run."""
     path = Path(path)
     if path.is_dir():
         return f"{option}: {path} is a folder; name a file"
     for parent in path.parents:
         if parent.exists():
-            return None if parent.is_dir() else f"{option}: {parent} is a file, not a folder"
-    return None
+            if not parent.is_dir():
+                return f"{option}: {parent} is a file, not a folder"
+            break
+    return output_place_problem(path, option, inputs)
+
+
+def open_no_follow(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` that refuses a symbolic link at `path` (OSError ELOOP) instead of writing through
+    it into a file outside the run folder."""
+    return os.open(path, flags | os.O_NOFOLLOW, mode)

@@ -25,7 +25,34 @@ class BoundedLoader(yaml.SafeLoader):
     def compose_document(self) -> Any:
         node = super().compose_document()
         check_expanded_size(node, MAX_YAML_VALUES)
+        check_duplicate_keys(node)
         return node
+
+
+def check_duplicate_keys(root: yaml.Node) -> None:
+    """`yaml.YAMLError` naming a key that appears twice in one mapping, with both lines (PyYAML
+    keeps the last silently). Keys brought in by a merge (`<<: *anchor`) may be overridden."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, yaml.Node] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in first:
+                        line = first[key.value].start_mark.line + 1
+                        raise yaml.YAMLError(
+                            f"key {key.value!r} appears twice in one mapping (lines {line} and {key.start_mark.line + 1}); "
+                            "YAML would keep the last silently: remove one"
+                        )
+                    first[key.value] = key
+                stack += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
 
 
 def check_expanded_size(root: yaml.Node, limit: int) -> int:

@@ -98,3 +98,9 @@ def short_repr(value: Any, limit: int = 80) -> str:
     short.maxlevel, short.maxstring, short.maxother = 3, limit, limit
     short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
     return clip(short.repr(value), limit)
+
+
+def markdown_text(value: Any) -> str:
+    """`value` as text safe to put into Markdown: `&`, `<` and `>` as entities, so a name holding
+    `<script>` or a tag is shown, never run by a viewer that renders HTML inside Markdown."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

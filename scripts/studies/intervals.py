@@ -6,6 +6,8 @@ commit (A/A), and does it catch a planted slowdown (power)?
     python scripts/studies/intervals.py run --out study/before --runs 4 --before
     python scripts/studies/intervals.py run --out study/after-loaded --runs 4 --neighbour
     python scripts/studies/intervals.py run --out study/planted --runs 3 --planted
+    python scripts/studies/intervals.py run --out study/gate --runs 4 --suite suites/cpu_gate.yaml
+    python scripts/studies/intervals.py run --out study/gate-planted --runs 3 --planted --suite suites/cpu_gate.yaml
     python scripts/studies/intervals.py analyse study --json reports/studies/intervals/study.json
 
 The committed study: `analyse reports/studies/intervals/runs` (README there).
@@ -15,7 +17,9 @@ fixed round order) and `analyse` judges those runs with 0.2's interval (the orde
 interval of the median of paired ratios); the other runs with today's defaults and intervals.
 `--neighbour` keeps one busy-looping process beside each run (one of two cores). `--planted`
 swaps SET for `planted_slow_set` (scripts/studies/planted_slowdown.py: SET, 15% slower per
-segment) under SET's label. Measure on a quiet machine: nothing else running.
+segment) under SET's label. `--suite` times another suite (the gating suite `cpu_gate.yaml`: its
+runs go to gate/ and gate-planted/, analysed for A/A and power like after/ and planted/). Measure
+on a quiet machine: nothing else running.
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ BEFORE = ["timing.processes=1", "timing.settle_segments=0", "timing.round_order=
 PLANTED_LABEL = "set"
 
 
-def planted_suite(directory: Path) -> Path:
-    """cpu_smoke with SET replaced by the planted slowdown under SET's label."""
-    suite = yaml.safe_load(SUITE.read_text())
+def planted_suite(directory: Path, source: Path = SUITE) -> Path:
+    """The suite with SET replaced by the planted slowdown under SET's label."""
+    suite = yaml.safe_load(source.read_text())
     methods = []
     for spec in suite["methods"]:
         name = spec if isinstance(spec, str) else spec.get("name")
@@ -52,7 +56,7 @@ def planted_suite(directory: Path) -> Path:
         methods.append(spec)
     suite["methods"] = methods
     suite["plugins"] = ["planted_slowdown"]
-    path = directory / "cpu_smoke_planted.yaml"
+    path = directory / f"{source.stem}_planted.yaml"
     path.write_text(yaml.safe_dump(suite, sort_keys=False))
     return path
 
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "scripts" / "studies"), os.environ.get("PYTHONPATH", "")]))
     with tempfile.TemporaryDirectory() as tmp:
-        suite = planted_suite(Path(tmp)) if args.planted else SUITE
+        source = Path(args.suite).resolve()
+        suite = planted_suite(Path(tmp), source) if args.planted else source
         sets = [part for item in (BEFORE if args.before else []) for part in ("--set", item)]
         for index in range(args.runs):
             neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.neighbour else None
@@ -202,26 +207,47 @@ def walls(folder: Path) -> list[float]:
     return [json.loads(line)["wall_s"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def planted_cases(run_dir: Path) -> set[str]:
+    """The cases a planted run slowed: those whose parameters hold the planted `slowdown`."""
+    from dstbench.results.record import iter_results
+
+    return {
+        f"{line['method']}@{line['density']:g}" for line in iter_results(run_dir)
+        if "slowdown" in (line.get("params") or {})
+    }
+
+
+def gate_figures(root: Path, quiet: str, planted: str, prefix: str) -> dict[str, Any]:
+    """A/A between the quiet runs of `root/quiet`; power: each run of `root/planted` against a
+    different quiet run."""
+    out: dict[str, Any] = {}
+    after = runs_in(root / quiet)
+    if len(after) >= 2:
+        pairs = compare_pairs(after, after, same=True)
+        out[f"{prefix}aa"] = {"pairs": len(pairs), "false": sum(bool(p["regressions"] or p["improvements"]) for p in pairs), "detail": pairs}
+    if (root / planted).is_dir() and after:
+        runs = runs_in(root / planted)
+        trials = [compare_pairs([after[i % len(after)]], [p], same=False)[0] for i, p in enumerate(runs)]
+        slowed = planted_cases(runs[0]) if runs else set()
+        out[f"{prefix}power"] = {
+            "trials": len(trials), "slowdown": 0.15, "planted_cases": sorted(slowed),
+            "caught": sum(slowed <= set(t["regressions"]) for t in trials),
+            "only_planted": sum(set(t["regressions"]) <= slowed and not t["improvements"] for t in trials),
+            "detail": trials,
+        }
+    if (root / quiet).is_dir() and quiet != "after":
+        out[quiet] = {**rerun_figures(root / quiet, False), "wall_s": walls(root / quiet)}
+    return out
+
+
 def analyse(args: argparse.Namespace) -> None:
     root = Path(args.study)
     study: dict[str, Any] = {"machine": os.uname().nodename, "cpus": os.cpu_count()}
     for name, old in (("before", True), ("after", False), ("before-loaded", True), ("after-loaded", False)):
         if (root / name).is_dir():
             study[name] = {**rerun_figures(root / name, old), **warmup_figures(root / name), "wall_s": walls(root / name)}
-    after = runs_in(root / "after")
-    if len(after) >= 2:
-        pairs = compare_pairs(after, after, same=True)
-        study["aa"] = {"pairs": len(pairs), "false": sum(bool(p["regressions"] or p["improvements"]) for p in pairs), "detail": pairs}
-    if (root / "planted").is_dir() and after:
-        planted = runs_in(root / "planted")
-        trials = [compare_pairs([after[i % len(after)]], [p], same=False)[0] for i, p in enumerate(planted)]
-        slowed = {f"{PLANTED_LABEL}@0.1", f"{PLANTED_LABEL}@0.5"}
-        study["power"] = {
-            "trials": len(trials), "slowdown": 0.15, "planted_cases": sorted(slowed),
-            "caught": sum(slowed <= set(t["regressions"]) for t in trials),
-            "only_planted": sum(set(t["regressions"]) <= slowed and not t["improvements"] for t in trials),
-            "detail": trials,
-        }
+    for prefix, (quiet, planted) in (("", ("after", "planted")), ("gate_", ("gate", "gate-planted"))):
+        study.update(gate_figures(root, quiet, planted, prefix))
     text = json.dumps(study, indent=2) + "\n"
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -232,12 +258,13 @@ def analyse(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("run", help="run cpu_smoke several times into one folder")
+    p = commands.add_parser("run", help="run a suite (default cpu_smoke) several times into one folder")
     p.add_argument("--out", required=True)
     p.add_argument("--runs", type=int, default=4)
     p.add_argument("--before", action="store_true", help="dstbench 0.2's sampling: one process, no settle, fixed order")
     p.add_argument("--neighbour", action="store_true", help="one busy-looping process beside each run")
     p.add_argument("--planted", action="store_true", help="SET replaced by a 15%% slower SET under its label")
+    p.add_argument("--suite", default=str(SUITE), help="the suite to run (default: suites/cpu_smoke.yaml)")
     p.set_defaults(func=run)
     p = commands.add_parser("analyse", help="re-run, A/A and power figures from the study's folders")
     p.add_argument("study", help="the folder holding before/, after/, before-loaded/, after-loaded/, planted/")

@@ -79,7 +79,11 @@ def write_run(run_dir: Path, lines: list[dict[str, Any]], suite: dict[str, Any] 
     run_dir.mkdir(parents=True, exist_ok=True)
     suite = suite or micro_suite()
     (run_dir / "suite.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
-    meta = {"suite": suite["name"], "suite_hash": SUITE_HASH, "suite_path": "suites/micro.yaml",
+    # run.json records the hash its lines were made with (one suite per run folder; mixed lines keep
+    # the default, and readers leave the others out).
+    hashes = {x.get("suite_hash") for x in lines}
+    suite_hash = hashes.pop() if len(hashes) == 1 and None not in hashes else SUITE_HASH
+    meta = {"suite": suite["name"], "suite_hash": suite_hash, "suite_path": "suites/micro.yaml",
             "created": "2026-01-01T00:00:00+00:00", "commit": "abc123", "dirty": False}
     (run_dir / "run.json").write_text(json.dumps(meta))
     (run_dir / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))

@@ -109,3 +109,17 @@ class Rendezvous(Method):
                 time.sleep(0.05)
             self._met = True
         return super().train_segment(batches, steps)
+
+
+@register_method("fault_flaky", kind="masked")
+class FaultFlaky(Method):
+    """Fails while `fail_file` exists (a failure that a retry, once the file is gone, gets past)."""
+
+    @dataclasses.dataclass
+    class Params:
+        fail_file: str = ""
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        if self.params.fail_file and Path(self.params.fail_file).exists():
+            raise ValueError("flaky failure")
+        return super().train_segment(batches, steps)

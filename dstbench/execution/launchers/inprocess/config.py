@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat
 
 
 class InProcessConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "cases in the calling process"
 
     name: Literal["inprocess"] = "inprocess"

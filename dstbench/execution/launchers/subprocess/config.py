@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
 
 
 class SubprocessConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "a fresh process per case"
 
     name: Literal["subprocess"] = "subprocess"

@@ -23,6 +23,7 @@ from typing import Any
 from dstbench.execution.lifeline import bind_to_parent
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
 from dstbench.execution.launchers.base import Launcher, register_launcher
+from dstbench.execution.launchers.oom_kills import oom_kill_count, oom_kill_evidence
 from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.execution.launchers.subprocess.placement import Placement
 from dstbench.results.record import CaseResult
@@ -87,6 +88,7 @@ class SubprocessCase:
         self.ctx, self.task, self.progress, self.timeout_s = ctx, task, progress, timeout_s
         self.placement = placement
         self.pid: int | None = None
+        self.oom_kills_before: int | None = None
         self.ready: dict[str, Any] | None = None
         self.failed: CaseResult | None = None
         self.active_s = 0.0  # time spent in this case's own commands, what its timeout counts
@@ -125,8 +127,16 @@ class SubprocessCase:
         finally:
             self.active_s += time.monotonic() - started
         self.process.join(timeout=60)
-        self._fail("crash", f"case process {_describe_exit(self.process.exitcode)}")
+        self._died()
         return None
+
+    def _died(self) -> None:
+        """The process ended without a reply: an OOM kill where the kernel says so, else a crash."""
+        evidence = oom_kill_evidence(self.process.exitcode, self.oom_kills_before)
+        if evidence is not None:
+            self._fail("oom", f"case process {evidence}")
+        else:
+            self._fail("crash", f"case process {_describe_exit(self.process.exitcode)}")
 
     def _send(self, command: str, payload: Any = None) -> bool:
         try:
@@ -134,10 +144,11 @@ class SubprocessCase:
             return True
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.process.join(timeout=60)
-            self._fail("crash", f"case process {_describe_exit(self.process.exitcode)}")
+            self._died()
             return False
 
     def start(self) -> None:
+        self.oom_kills_before = oom_kill_count()
         self.conn, child = self.ctx.Pipe(duplex=True)
         self.process = self.ctx.Process(
             target=case_process_main, args=(child, self.task, self.placement), name=f"dstbench-case-{self.task.case['method']}"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 
 class TorchrunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "a case's ranks under torchrun"
 
     name: Literal["torchrun"] = "torchrun"
