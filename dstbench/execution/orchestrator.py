@@ -202,7 +202,8 @@ def write_group(
     the ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
     replaced, never merged."""
     every_line = _latest_lines(run_dir)
-    lines = _latest_lines(run_dir, ok_only=retry_failed)
+    # The lines a new timing merges with: with --retry-failed a failed old line is replaced whole.
+    lines = {case: line for case, line in every_line.items() if not retry_failed or line.get("status") == "ok"}
     results = []
     for result in timed.results:
         old = lines.get(result.case_id)

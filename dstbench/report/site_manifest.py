@@ -16,7 +16,9 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from dstbench.util.files import RUN_FILE, is_run_folder, write_atomic
+
+from dstbench.results.run_folder import load_run_meta
+from dstbench.util.files import is_run_folder, write_atomic
 
 MANIFEST_FILE = ".dstbench-site.json"
 SITE_PAGES = ("index.html", "history.html", ".nojekyll")
@@ -60,15 +62,12 @@ class SiteManifest:
         return name
 
 
-def _run_identity(folder: Path) -> tuple[str, str, str] | None:
+def _run_identity(folder: Path) -> tuple[str, ...] | None:
     """(run id, start time, suite hash) from run.json; None without a start time to tell it by."""
-    try:
-        meta = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    meta = load_run_meta(folder)
+    if "created" not in meta:
         return None
-    if not isinstance(meta, dict) or not isinstance(meta.get("created"), str):
-        return None
-    return tuple(str(meta.get(key) or "") for key in ("run_id", "created", "suite_hash"))  # type: ignore[return-value]
+    return tuple(str(meta.get(key) or "") for key in ("run_id", "created", "suite_hash"))
 
 
 def same_run(published: Path, source: Path) -> bool:

@@ -35,7 +35,8 @@ from dstbench.measure.trackers.base import (
 )
 from dstbench.measure.trackers.noise import WARNINGS_OF_GROUPS
 from dstbench.util.text import clip, short_repr
-from dstbench.util.files import RESULTS_FILE, RUN_FILE, open_no_follow, write_atomic
+from dstbench.results.run_folder import load_run_meta
+from dstbench.util.files import RESULTS_FILE, open_no_follow, write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -357,21 +358,12 @@ class ResultsRead:
         return parts
 
 
-def _run_suite_hash(run_dir: Path) -> str | None:
-    try:
-        meta = json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = meta.get("suite_hash") if isinstance(meta, dict) else None
-    return value if isinstance(value, str) and value else None
-
-
 def read_results(run_dir: Path) -> ResultsRead:
     """Every line of `run_dir/results.jsonl`, sorted into usable ones and what was left out: a torn
     line of a run killed mid-write, text that is not JSON, a line whose fields have the wrong types
     (`line_problem`), a line of another suite hash than run.json records (never merged with the
     run's). A case id with several lines keeps its last line, which stands where that line stands."""
-    read = ResultsRead({}, [], {}, [], _run_suite_hash(run_dir))
+    read = ResultsRead({}, [], {}, [], load_run_meta(run_dir).get("suite_hash") or None)
     path = Path(run_dir) / RESULTS_FILE
     if not path.exists():
         return read

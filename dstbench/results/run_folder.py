@@ -31,13 +31,9 @@ RUN_META_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def run_meta_problems(meta: dict[str, Any]) -> list[str]:
-    """'selected is 7, not list' for each known field of the wrong type."""
-    out = []
-    for key, types in RUN_META_TYPES.items():
-        if key in meta and not isinstance(meta[key], types):
-            out.append(f"{key} is {json.dumps(meta[key])[:40]}, not {' or '.join(t.__name__ for t in types)}")
-    return out
+def _mistyped(meta: dict[str, Any]) -> list[str]:
+    """The known fields of `meta` whose value has the wrong JSON type."""
+    return [key for key, types in RUN_META_TYPES.items() if key in meta and not isinstance(meta[key], types)]
 
 
 def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, Any]:
@@ -59,12 +55,14 @@ def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, A
         if required:
             raise RunDirError(f"{path}: not a JSON object")
         return {}
-    problems = run_meta_problems(meta)
-    if problems and required:
-        raise RunDirError(f"{path}: damaged ({'; '.join(problems)}); restore it, or start a new run")
-    for key in RUN_META_TYPES:
-        if key in meta and not isinstance(meta[key], RUN_META_TYPES[key]):
-            del meta[key]
+    wrong = _mistyped(meta)
+    if wrong and required:
+        problems = "; ".join(
+            f"{key} is {json.dumps(meta[key])[:40]}, not {' or '.join(t.__name__ for t in RUN_META_TYPES[key])}" for key in wrong
+        )
+        raise RunDirError(f"{path}: damaged ({problems}); restore it, or start a new run")
+    for key in wrong:
+        del meta[key]
     return meta
 
 
