@@ -1,11 +1,16 @@
 """dstbench: does a dynamic sparse training method make ViT training faster and smaller on real
 hardware, and what does it cost in accuracy?
 
-Stable Python API:
+Stable Python API (`dstbench.api` for runs, `dstbench.methods` and `dstbench.dst` for methods):
+    run_suite(suite, out="runs", *, overrides=, only=, densities=, ...) -> Run   as `dstbench run`
+    load_run(path) -> Run            a run folder: .frame(), .segments(), .check(), .report(...)
+    compare(baseline, current, ...) -> Comparison   as `dstbench compare`: .passed, .frame()
+    load_suite(path, overrides=None) -> SuiteConfig  a suite file, validated
     list_methods() -> list[str]
     create_method(name, model, *, density, total_steps, optimizer, **params) -> Method
     register_method(name, kind=...)  class decorator for new methods
     Method, SegmentStats             the base class every method derives from, and what a segment returns
+    MaskedMethod                     the masked engine's base class (`dstbench.dst.masked`)
 
 The names load on first use, so commands that only read results (report, compare) never import torch.
 """
@@ -20,10 +25,17 @@ from dstbench.util.version import __version__
 _API = {
     "Method": "dstbench.dst.method_base",
     "SegmentStats": "dstbench.dst.method_base",
+    "MaskedMethod": "dstbench.dst.masked",
     "create_method": "dstbench.methods",
     "list_methods": "dstbench.methods",
     "method_info": "dstbench.methods",
     "register_method": "dstbench.dst.registry",
+    "Comparison": "dstbench.api",
+    "Run": "dstbench.api",
+    "compare": "dstbench.api",
+    "load_run": "dstbench.api",
+    "load_suite": "dstbench.api",
+    "run_suite": "dstbench.api",
 }
 
 __all__ = [*_API, "__version__"]

@@ -5,15 +5,26 @@ suite names in `plugins:`.
 Each file registers its method with `@register_method` (`dstbench.dst.registry`) where the class is
 defined. The files are imported on first use of the catalog (`list_methods`, `method_info`,
 `create_method`), so `import dstbench` stays light.
+
+Where a suite's `plugins:` are found (`import_plugins`): on `sys.path` first, as any import, then in
+the suite file's folder. The folder joins `sys.path` (at its end) only while the plugin is imported,
+so a plugin beside its suite may import its sibling modules at import time, and the folder never
+shadows an installed module or lingers to answer a later, unrelated import (a `utils.py` beside a
+suite must not become every process's `utils`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import pkgutil
+import sys
 import warnings
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dstbench.dst.registry import MethodInfo, ParamInfo, params_of, register_method, registered
 
@@ -57,21 +68,61 @@ class PluginImportError(ImportError):
     """A suite's plugin raised at import: any exception, reported as a suite error (exit 2)."""
 
 
-def import_plugins(modules: list[str]) -> None:
+def import_plugins(modules: list[str], search: Iterable[str | Path] = ()) -> None:
     """Import modules named in a suite's `plugins` so their decorators register methods.
 
-    Whatever a plugin raises at import (not only ImportError) becomes a `PluginImportError`
-    naming the plugin, so a broken plugin is one line of a suite error, not a traceback.
+    A module is looked up on `sys.path` first; one whose top-level name is not there is looked up
+    in the folders of `search` (the suite file's folder), in order. Whatever a plugin raises at
+    import (not only ImportError) becomes a `PluginImportError` naming the plugin, so a broken
+    plugin is one line of a suite error, not a traceback.
     """
+    folders = [str(Path(folder)) for folder in search]
     for module in modules:
+        module = str(module)
         try:
-            importlib.import_module(str(module))
+            folder = _plugin_folder(module, folders)
+            with _on_path(folder):
+                importlib.import_module(module)
         except PluginImportError:
             raise
         except ImportError as exc:
-            raise PluginImportError(f"{module}: {exc}") from exc
+            where = f" (looked on sys.path and in {', '.join(folders)})" if folders and _missing(exc, module) else ""
+            raise PluginImportError(f"{module}: {exc}{where}") from exc
         except (Exception, SystemExit) as exc:
             raise PluginImportError(f"{module} raised {type(exc).__name__} at import: {exc}") from exc
+
+
+def _plugin_folder(module: str, folders: list[str]) -> str | None:
+    """The first of `folders` that holds `module`'s top-level package or module, when `sys.path`
+    does not (None: import it as any module)."""
+    top = module.partition(".")[0]
+    if not top or top in sys.modules or importlib.util.find_spec(top) is not None:
+        return None
+    for folder in folders:
+        if importlib.machinery.PathFinder.find_spec(top, [folder]) is not None:
+            return folder
+    return None
+
+
+@contextlib.contextmanager
+def _on_path(folder: str | None) -> Iterator[None]:
+    """`folder` at the end of `sys.path` for the duration (nothing when None or already there)."""
+    if folder is None or folder in sys.path:
+        yield
+        return
+    sys.path.append(folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # the plugin itself took it out again
+            sys.path.remove(folder)
+
+
+def _missing(exc: ImportError, module: str) -> bool:
+    """Whether `exc` says `module` (or a package on its way) does not exist, rather than that
+    something the plugin imports is missing."""
+    name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    return name is not None and (module == name or module.startswith(f"{name}."))
 
 
 def list_methods() -> list[str]:

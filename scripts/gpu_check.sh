@@ -12,16 +12,21 @@
 # start with under 30 s left is skipped, and a running one is stopped with SIGTERM, which dstbench
 # handles as Ctrl-C: finished cases are kept):
 #   1. the environment: GPU, driver, torch, CUDA;
-#   2. the CUDA-only tests (`pytest -m cuda`);
-#   3. a shortened l40_vit: every method at densities 0.1 and 0.5, fewer and shorter segments, with
+#   2. one 2:4 forward and backward (execution semi_structured's layer) at ViT-Small shapes (width
+#      384, FFN 1536, 65 tokens, batch 64) in bf16 against the dense product, pass or fail per
+#      layer; a host without cuSPARSELt or an sm80+ GPU says so and the check goes on (the step
+#      exits 77: skipped, not failed);
+#   3. the CUDA-only tests (`pytest -m cuda`);
+#   4. a shortened l40_vit: every method at densities 0.1 and 0.5, fewer and shorter segments, with
 #      its HTML and Markdown reports;
-#   4. a profile of rigl and barter at 0.1, with the CUDA memory snapshot.
+#   5. a profile of rigl and barter at 0.1, with the CUDA memory snapshot.
 # Everything lands in --out (default $OUT when set, else gpu_check_out/): gpu_check.log, env.txt,
 # the reports, and gpu_check.tar.gz holding the run folders (traces and snapshots included), so
 # a host that returns only a few files still returns everything.
 #
 # --cpu: the same steps on the CPU with a micro model, seconds each: CI runs it
-# (tests/scripts/test_gpu_check.py) so that this script cannot rot between GPU checks.
+# (tests/scripts/test_gpu_check.py) so that this script cannot rot between GPU checks. The 2:4
+# check runs there too, outside the budget, and skips itself at once (no CUDA).
 set -uo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,7 +40,7 @@ while [ $# -gt 0 ]; do
     --wheels) wheels="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --cpu) cpu=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +76,7 @@ run_step() {
   local code=$?
   case "$code" in
     0) steps+=("$name: ok") ;;
+    77) steps+=("$name: skipped (cannot run on this host, see its output)") ;;  # not a failure
     124|143) steps+=("$name: stopped at the budget (${limit}s)"); failed=1 ;;
     *) steps+=("$name: exit $code"); failed=1 ;;
   esac
@@ -138,17 +144,98 @@ else
   profile_steps=()
 fi
 
-# -- 2. CUDA-only tests ----------------------------------------------------------------------------
+# -- 2. one 2:4 forward and backward at ViT-Small shapes -------------------------------------------
+# Each prunable linear of a ViT-Small block on a random transposable 2:4 mask, through
+# SemiStructuredLinear under bf16 autocast, against F.linear on the same masked weight.
+read -r -d '' two_four_check <<'EOF'
+import sys
+import torch
+import torch.nn.functional as F
+
+SKIPPED = 77
+if not torch.cuda.is_available():
+    print("2:4 check skipped: torch sees no CUDA device")
+    sys.exit(SKIPPED)
+if not torch.backends.cusparselt.is_available():
+    print(f"2:4 check skipped: this torch ({torch.__version__}) has no cuSPARSELt; execution semi_structured cannot run here")
+    sys.exit(SKIPPED)
+if torch.cuda.get_device_capability() < (8, 0):
+    print("2:4 check skipped: this GPU has no 2:4 sparse tensor cores (compute capability below 8.0)")
+    sys.exit(SKIPPED)
+
+from dstbench.dst.masked import semi_structured
+
+torch.manual_seed(0)
+batch, tokens, width, hidden = 64, 65, 384, 1536
+layers = {"attn.qkv": (3 * width, width), "attn.proj": (width, width), "mlp.fc1": (hidden, width), "mlp.fc2": (width, hidden)}
+
+
+def relative(got, want):
+    got, want = got.detach().float(), want.detach().float()
+    return float((got - want).norm() / want.norm().clamp_min(1e-12))
+
+
+failed = []
+for name, (out_features, in_features) in layers.items():
+    try:
+        linear = torch.nn.Linear(in_features, out_features, device="cuda")
+        with torch.no_grad():
+            mask = semi_structured.project_transposable_2to4(torch.rand(out_features, in_features, device="cuda") < 0.5, linear.weight)
+            linear.weight.mul_(mask)
+        weight = linear.weight.detach().clone().requires_grad_(True)
+        bias = linear.bias.detach().clone().requires_grad_(True)
+        layer = semi_structured.SemiStructuredLinear(linear)
+        x = torch.randn(batch, tokens, in_features, device="cuda", requires_grad=True)
+        x_dense = x.detach().clone().requires_grad_(True)
+        grad = torch.randn(batch, tokens, out_features, device="cuda", dtype=torch.bfloat16)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = layer(x)
+            dense = F.linear(x_dense, weight, bias)
+        out.backward(grad)
+        dense.backward(grad)
+        torch.cuda.synchronize()
+        errors = {"output": relative(out, dense), "input grad": relative(x.grad, x_dense.grad),
+                  "weight grad": relative(linear.weight.grad * mask, weight.grad * mask)}
+        ok = out.dtype == torch.bfloat16 and all(e < 2e-2 for e in errors.values())
+        text = ", ".join(f"{k} {v:.1e}" for k, v in errors.items())
+        print(f"{name} {out_features}x{in_features}: {text} (relative to the dense bf16 product): {'pass' if ok else 'FAIL'}")
+    except Exception as exc:  # a kernel that refuses the shape: that layer fails, the others still run
+        ok = False
+        print(f"{name} {out_features}x{in_features}: FAIL ({type(exc).__name__}: {exc})")
+    if not ok:
+        failed.append(name)
+print(f"one-kernel W/W^T compression, checked against the dense product: {semi_structured.pair_kernel_checks() or 'not used'}")
+print(f"2:4 forward and backward at ViT-Small shapes in bf16: {'FAIL (' + ', '.join(failed) + ')' if failed else 'pass'}")
+sys.exit(1 if failed else 0)
+EOF
+two_four_name="2:4 at ViT-Small shapes, bf16"
+if [ "$cpu" = 1 ]; then
+  # Outside the budget (it skips itself at once here), so a spent budget still skips only the rest.
+  say "$two_four_name"
+  timeout 120 "$python" -c "$two_four_check"
+  code=$?
+  case "$code" in
+    0) steps+=("$two_four_name: ok") ;;
+    77) steps+=("$two_four_name: skipped (cannot run on this host, see its output)") ;;
+    *) steps+=("$two_four_name: exit $code"); failed=1 ;;
+  esac
+else
+  run_step "$two_four_name" 420 "$python" -c "$two_four_check"
+fi
+
+# -- 3. CUDA-only tests ----------------------------------------------------------------------------
 # On the CPU these skip: the step proves they are collected and selected.
 run_step "CUDA-only tests" 360 "$python" -m pytest -q -m cuda -p no:cacheprovider tests
 
-# -- 3. shortened l40_vit --------------------------------------------------------------------------
+# -- 4. shortened l40_vit --------------------------------------------------------------------------
+# At the suite's own width only (its width sweep is the full run's, three times as long).
+one_point=(--set "sweep={}")
 run_step "l40_vit at 0.1 and 0.5" 120 "$python" -m dstbench run suites/l40_vit.yaml --density 0.1 0.5 \
-  "${shape[@]}" "${timing[@]}" --out "$work/runs" --html "$out/l40_vit_short.html" --markdown "$out/l40_vit_short.md"
+  "${one_point[@]}" "${shape[@]}" "${timing[@]}" --out "$work/runs" --html "$out/l40_vit_short.html" --markdown "$out/l40_vit_short.md"
 
-# -- 4. profile of rigl and barter at 0.1 ----------------------------------------------------------
+# -- 5. profile of rigl and barter at 0.1 ----------------------------------------------------------
 run_step "profile rigl, barter at 0.1" 15 "$python" -m dstbench profile suites/l40_vit.yaml --only rigl barter --density 0.1 \
-  "${shape[@]}" "${timing[@]}" "${profile_steps[@]}" --out "$work/profile"
+  "${one_point[@]}" "${shape[@]}" "${timing[@]}" "${profile_steps[@]}" --out "$work/profile"
 
 # -- pack ------------------------------------------------------------------------------------------
 say "pack"

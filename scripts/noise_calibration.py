@@ -1,4 +1,4 @@
-"""The figures behind the contention rule (README, "How a case is measured"): one case's per-segment
+"""The figures behind the contention rule (docs/concepts/measurement.md): one case's per-segment
 `cpu_share` and `wait_share` on idle cores and with a busy loop pinned to one core.
 
     python scripts/noise_calibration.py                       # rigl@0.1 and barter@0.1, 2 threads

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dstbench.results",),
     ("dstbench.execution",),
     ("dstbench.report", "dstbench.gates"),
-    ("dstbench.cli",),
+    ("dstbench.api", "dstbench.cli"),
 ]
 # `dstbench/__init__.py` (the version and the public API, loaded lazily by name) sits below every
 # layer; `python -m dstbench` above them all.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dstbench.suite.schema import MethodSpec
+from dstbench.suite.schema_sections import MethodSpec
 
 from dstbench.suite.loading import SuiteError, load_suite, parse_suite
 from tests.conftest import micro_suite

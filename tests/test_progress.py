@@ -53,12 +53,38 @@ def test_plain_lines_at_each_stage_with_elapsed_and_eta() -> None:
         progress.case_started("rigl@0.1")
         progress.case_finished("rigl@0.1", _result("error"))
     lines = stream.getvalue().splitlines()
-    assert lines[0] == "case 1/2 dense@1: starting | 0 of 2 cases done | elapsed 0s | ETA --"
-    assert lines[1] == "case 1/2 dense@1: warmup 2/2 | 0 of 2 cases done | elapsed 10s | ETA 3m10s"
-    assert lines[2] == "case 1/2 dense@1: segment 3/6 | 0 of 2 cases done | elapsed 20s | ETA 53s"
-    assert lines[3] == "case 1/2 dense@1: ok median 12.5 ms/segment, density 0.100"
-    assert lines[-1] == "case 2/2 rigl@0.1: error ValueError: boom"
-    assert len(lines) == 6
+    assert lines == [
+        "case 1/2 dense@1: starting",
+        "case 1/2 dense@1: warmup 2/2",
+        "case 1/2 dense@1: segment 3/6",
+        "case 1/2 dense@1: ok median 12.5 ms/segment, density 0.100",
+        "case 2/2 rigl@0.1: starting",
+        "case 2/2 rigl@0.1: error ValueError: boom",
+    ]
+
+
+def test_the_summary_line_names_the_run_and_every_line_is_short() -> None:
+    stream, clock = io.StringIO(), Clock()
+    suite = parse_suite(micro_suite(timing={"warmup_steps": 2, "segment_steps": 3, "segments": 6}))
+    long_id = "a_method_with_a_long_label_" * 4 + "@0.1"
+    with RunProgress(Console(file=stream, width=80), suite, total_cases=3, clock=clock, interval_s=30) as progress:
+        progress.case_started("dense@1")
+        progress.case_started(long_id)
+        clock.now += 20
+        progress.stage("dense@1", "segment", 3, 6)
+        assert progress.line() == (
+            "progress: 0 of 3 cases done, 2 running (case 1/3 dense@1: segment 3/6 and 1 more), elapsed 20s, ETA 1m29s"
+        )
+        clock.now += 11
+        progress.stage("dense@1", "segment", 4, 6)  # the same stage, but 30 s since the last summary
+        error = types.SimpleNamespace(status="error", error="Traceback\nRuntimeError: " + "x" * 500, median_ms=None,
+                                      top1=None, density_achieved=None, warnings=["contended: " + "y" * 400])
+        progress.case_finished(long_id, error)
+    lines = stream.getvalue().splitlines()
+    assert lines[3].startswith("progress: 0 of 3 cases done, 2 running")
+    assert any(line.startswith("case 2/3 a_method_with") and "RuntimeError" in line for line in lines)
+    assert any(line.startswith("  warning: contended") for line in lines)
+    assert max(len(line) for line in lines) <= 160
 
 
 def test_a_case_timed_in_several_groups_keeps_its_number() -> None:

@@ -79,3 +79,19 @@ def test_descriptions_are_whole_first_paragraphs_and_parameters_carry_their_comm
     assert params["delta_t"].help == "steps between topology updates"
     assert params["drop_fraction"].help.startswith("fraction of active weights")  # from a base class
     assert catalog.method_params("dense") == []
+
+
+def test_parameter_help_from_field_metadata_wins_over_the_comment() -> None:
+    import dataclasses
+
+    class WithHelp(Method):
+        @dataclasses.dataclass
+        class Params:
+            alpha: float = dataclasses.field(default=0.5, metadata={"help": "weight of the new term"})  # ignored
+            beta: int = 3  # from the comment
+            gamma: int = 1
+
+    params = {p.name: p for p in registry.params_of(WithHelp)}
+    assert params["alpha"].help == "weight of the new term" and params["alpha"].default == 0.5
+    assert params["beta"].help == "from the comment"
+    assert params["gamma"].help == ""

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # OMP_WAIT_POLICY is left to the user: passive waiting helps only where processes share the
-    # cores, and on a quiet 2-core machine it made the smoke model's steps 30-60% slower (README).
+    # cores, and on a quiet 2-core machine it made the smoke model's steps 30-60% slower (docs/concepts/measurement.md).
     args = build_parser().parse_args(argv)
     # SIGTERM (timeout, a cancelled CI job, scancel) and SIGHUP end a command as Ctrl-C does.
     format_before = warnings.formatwarning

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from dstbench.cli.common import Commands, add_command
 from dstbench.results.run_folder import RunDirError, require_results
 from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
-from dstbench.util.files import output_file_problem, write_atomic
+from dstbench.util.files import output_file_problem
 
 
 def add_parser(commands: Commands) -> None:
@@ -29,7 +28,7 @@ def add_parser(commands: Commands) -> None:
 def main(args: argparse.Namespace) -> int:
     # Loaded here, not at the top: every command builds the parser, and only this one needs pandas.
     from dstbench.report.headline import choose_reference, headline_text
-    from dstbench.report.html import build_page, render_markdown, write_report
+    from dstbench.report.html import write_markdown_report, write_report
     from dstbench.report.sections import render_sections
     from dstbench.report.tables import render_text
     from dstbench.results.derive import derive, load_frame
@@ -58,10 +57,8 @@ def main(args: argparse.Namespace) -> int:
         print(headline_text(derived) + "\n")
         print(render_text(render_sections(derived, images=False, terminal_only=True)))
     if args.markdown:
-        path = Path(args.markdown)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, render_markdown(build_page(derived, run_dirs, images=False, output_dir=path.parent)))
-        print(f"wrote {path}", file=sys.stderr)
+        write_markdown_report(derived, run_dirs, args.markdown)
+        print(f"wrote {args.markdown}", file=sys.stderr)
     if args.html:
         write_report(derived, run_dirs, args.html)
         print(headline_text(derived))

@@ -4,6 +4,7 @@ expectations (`--dry-run`: show the plan and write nothing)."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from rich.console import Console
@@ -42,6 +43,7 @@ def print_plan(plan: Any) -> None:
     from tabulate import tabulate
 
     from dstbench.execution.orchestrator import overrides_text
+    from dstbench.suite.groups import by_point
 
     suite = plan.suite
     print(f"suite {suite.name!r} from {plan.suite_path}" + (f" with --set {overrides_text(plan.overrides)}" if plan.overrides else ""))
@@ -56,18 +58,35 @@ def print_plan(plan: Any) -> None:
     print(f"device {suite.device}, mode {suite.mode}, batch {suite.batch_size}, precision {suite.precision}, "
           f"model {suite.model.name}; per case: {', then '.join(what)}")
     print(f"launcher {_launcher_text(suite.launcher)}; reference {suite.reference}; {len(suite.expect)} expectation(s)")
+    if suite.compile.enabled:
+        print("compile: " + ", ".join(f"{k}={v!r}" for k, v in suite.compile.options().items()) + " (every method alike)")
     done = {c.case_id for c in plan.cases} - {c.case_id for c in plan.todo}
-    rows = [
-        (c.case_id, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
-         "done" if c.case_id in done else "to run")
-        for c in plan.cases
-    ]
-    print()
-    print(tabulate(rows, headers=["case", "method", "kind", "density", "params", "status"], tablefmt="simple", disable_numparse=True))
+    points = {json.dumps(values, sort_keys=True): point for values, point in suite.points}
+    if points:
+        print(f"sweep ({suite.sweep_mode}) over {', '.join(suite.sweep)}: {len(points)} points, each validated as a suite of its own")
+    for members in by_point(plan.cases):
+        rows = [
+            (c.case_id, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
+             "done" if c.case_id in done else "to run")
+            for c in members
+        ]
+        point = points.get(json.dumps(members[0].sweep, sort_keys=True)) if members[0].sweep is not None else None
+        print()
+        if point is not None:
+            print(f"point {members[0].point}: model {point.model.name} {_model_text(point)}, batch {point.batch_size}, "
+                  f"precision {point.precision}, compile {'on' if point.compile.enabled else 'off'}; suite hash {point.setup_hash()}")
+        print(tabulate(rows, headers=["case", "method", "kind", "density", "params", "status"], tablefmt="simple", disable_numparse=True))
     where = f"into {plan.run_dir} (resumed)" if plan.run_dir else "into a new run folder"
     left_out = len(plan.all_cases) - len(plan.cases)
     print(f"\n{len(plan.todo)} of {len(plan.cases)} selected cases would run {where}"
           + (f"; {left_out} more in the suite, not selected" if left_out else "") + ". Nothing was written (--dry-run).")
+
+
+def _model_text(suite: Any) -> str:
+    """The model settings a sweep most often changes, as the point's suite has them: 'embed_dim 192, depth 6, ...'."""
+    kwargs = suite.model.kwargs
+    shown = [f"{key} {kwargs[key]}" for key in ("embed_dim", "depth", "num_heads", "img_size", "patch_size") if key in kwargs]
+    return f"({', '.join(shown)})" if shown else ""
 
 
 def _launcher_text(launcher: Any) -> str:

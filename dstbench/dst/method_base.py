@@ -1,17 +1,10 @@
 """The interface every DST method implements, and the training step they all share.
 
 A method owns a model and its optimizer. `train_segment` runs ordinary training steps (forward,
-cross-entropy, backward, optimizer step) and the topology updates that fall due. Subclasses change
-behaviour through a few hooks, each run under its profiler phase label, so a third-party method gets
-the same labels without writing profiler code:
-
-    before_forward(step)         e.g. ask for the dense weight gradient of an update step (csr)
-    after_backward(step)         statistics from the backward pass (BARTER's importance)
-    before_optimizer_step(step)  e.g. mask gradients              [phase: masking]
-    after_optimizer_step(step)   e.g. mask weights and state      [phase: masking]
-    update_due(step) -> bool     whether a topology update falls due at this step (default: by
-                                 `self.schedule`, an `UpdateSchedule`, when the method sets one)
-    update_topology(step)        the update itself                [phase: topology_update]
+loss, backward, optimizer step) and the topology updates that fall due. Subclasses change behaviour
+through hooks, each run under its profiler phase label, so a third-party method gets the same
+labels without writing profiler code. The full contract (hook order, attributes, what the harness
+samples and when) is the `Method` class docstring.
 
 Distributed (when `torch.distributed` is initialised, e.g. under torchrun): the base class wraps
 `model` in DistributedDataParallel at the first segment and `forward_loss` runs through that
@@ -69,7 +62,61 @@ class SegmentStats:
 
 
 class Method:
-    """Base class of every method. Subclasses declare their parameters as a nested `Params` dataclass."""
+    """Base class of every method: the contract between a DST method and the harness.
+
+    A method is a class registered with `@register_method(name, kind=...)` (`kind`: `dense`,
+    `masked` or `compact`). The harness builds the model, then the method with
+    `Method(model, density=..., total_steps=..., optimizer=..., precision=..., fuse_norms=...,
+    seed=..., **params)`, and calls `train_segment(batches, steps)` repeatedly: warm-up segments, then
+    the timed ones. Everything a method changes, it changes through the hooks below.
+
+    **One training step** (`train_step`; `step` is 1-based: the first step of training is step 1,
+    and `self.step` holds the number of steps already taken, so it is `step - 1` inside the hooks):
+
+    | order | call | phase label | on an update step with `update_replaces_step` |
+    |---|---|---|---|
+    | 1 | `before_forward(step)` | forward | runs |
+    | 2 | forward and loss (`forward_loss`) | forward | runs |
+    | 3 | backward | backward | runs |
+    | 4 | `after_backward(step)` | backward | runs |
+    | 5 | `update_due(step)` (after backward: the gradients of this step exist) | backward | runs |
+    | 6 | `before_optimizer_step(step)` | masking | **skipped** |
+    | 7 | optimizer step (with the fp16 loss scaler when `precision: fp16`) | optimizer_step | **skipped** (fp16: gradients unscaled, scaler updated) |
+    | 8 | `after_optimizer_step(step)` | masking | **skipped** |
+    | 9 | learning-rate scheduler step, when `lr_scheduler` is set | optimizer_step | runs |
+    | 10 | `update_topology(step)`, only when `update_due` returned True, under `torch.no_grad()`, timed | topology_update | runs |
+    | 11 | `optimizer.zero_grad(set_to_none=True)`; `self.step = step` | - | runs |
+
+    So an update step sees this step's gradients (dense, for masked methods: they mask gradients in
+    `before_optimizer_step`, not in backward) and, with `update_replaces_step = True` (rigl-torch and
+    google-research/rigl do this), no optimizer step: grown weights stay exactly zero. Without it the
+    optimizer steps first and the update follows.
+
+    **What the harness samples, and when.** After the last timed segment of a case, once:
+    `density()` (the line's `density_achieved`), `method_buffers()` (their bytes join the
+    training-state bytes), `result_extras()` (the line's `method_extras`), the model's parameters and
+    the optimizer state (training-state bytes). Per segment: the `SegmentStats` that `train_segment`
+    returns (topology updates and their time, from `update_phase` sub-phases). Checkpoints (accuracy
+    runs, `--resume`) go through `state_dict` / `load_state_dict`, which call `extra_state_dict` /
+    `load_extra_state_dict` for what a method keeps beyond weights and optimizer state.
+
+    **Attributes** set by `__init__`, for subclasses to read:
+    `params` (the parsed `Params` dataclass), `target_density` (the case's density, in (0, 1]),
+    `total_steps` (the length of training the schedules assume), `optimizer_spec` (the suite's
+    optimizer mapping), `precision` (`fp32`, `bf16`, `fp16`), `fuse_norms`, `seed`, `generator` (a
+    CPU `torch.Generator` seeded with `seed`: use it for every random draw, so runs repeat and ranks
+    agree), `loss_fn`, `lr_scheduler` (None unless the harness sets one), `step` (steps taken),
+    `topology_updates` and `topology_ms` (totals so far), `device`, `scaler` (fp16 only),
+    `distributed`; properties `model`, `optimizer` (the live objects: a compact method that resizes
+    replaces them) and `forward_module`. A subclass that builds a new optimizer assigns
+    `self._optimizer`. Masked methods add `mask_set` (`dstbench.dst.masked.MaskedMethod`), BARTER
+    its `allotment`.
+
+    **Parameters** are a nested `Params` dataclass; a suite's `params:` mapping is parsed into it
+    (unknown names and wrong types are refused before anything runs). The help `dstbench list
+    NAME` prints for a parameter is `field(metadata={"help": "..."})` when given, else the comment
+    after the field on its line (`delta_t: int = 100  # steps between topology updates`).
+    """
 
     name: ClassVar[str] = "base"
     kind: ClassVar[str] = "dense"
@@ -135,6 +182,7 @@ class Method:
     # -- parameters ---------------------------------------------------------------------------------
     @classmethod
     def param_names(cls) -> list[str]:
+        """The names a suite's `params:` may use for this method."""
         return param_names(cls.Params)
 
     @classmethod
@@ -146,10 +194,12 @@ class Method:
     # -- the live objects ---------------------------------------------------------------------------
     @property
     def model(self) -> torch.nn.Module:
+        """The live model (not the DDP wrapper). A compact method's Parameters change at updates."""
         return self._model
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
+        """The live optimizer over `model`'s current Parameters."""
         return self._optimizer
 
     @property
@@ -162,7 +212,9 @@ class Method:
         return prunable_weights(self.model)
 
     def density(self) -> float:
-        """Fraction of prunable weights active now, counted from the tensors."""
+        """Fraction of prunable weights active now (the line's `density_achieved`). Here: counted
+        from the tensors' nonzeros, right for a dense model; masked methods count their masks,
+        compact ones the weights physically present against the full-size model."""
         weights = self.prunable().values()
         total = sum(w.numel() for w in weights)
         return sum(int(torch.count_nonzero(w)) for w in weights) / total if total else 1.0
@@ -183,22 +235,30 @@ class Method:
 
     # -- hooks --------------------------------------------------------------------------------------
     def before_forward(self, step: int) -> None:
-        pass
+        """Before the forward of `step` (1-based). E.g. csr asks for the dense weight gradient on the
+        step an update falls due."""
 
     def after_backward(self, step: int) -> None:
-        pass
+        """After the backward of `step`, before `update_due`: the gradients are there (scaled by the
+        loss scaler under fp16). E.g. BARTER accumulates its importance statistics here."""
 
     def before_optimizer_step(self, step: int) -> None:
-        pass
+        """Before the optimizer step (phase `masking`), e.g. masking gradients. Skipped on an update
+        step of a method with `update_replaces_step`."""
 
     def after_optimizer_step(self, step: int) -> None:
-        pass
+        """After the optimizer step (phase `masking`), e.g. masking weights and optimizer state.
+        Skipped on an update step of a method with `update_replaces_step`."""
 
     def update_due(self, step: int) -> bool:
+        """Whether a topology update runs at `step`; asked once per step, after backward. Default: by
+        `self.schedule` (an `UpdateSchedule`) when the method sets one, else never."""
         return self.schedule is not None and self.schedule.is_update_step(step)
 
     def update_topology(self, step: int) -> None:
-        pass
+        """The topology update at `step`, last in the step (after the optimizer step unless
+        `update_replaces_step`), under `torch.no_grad()`, timed as a whole (synchronised before and
+        after) and charged to `topology_ms`. Label sub-phases with `update_phase`."""
 
     @contextmanager
     def update_phase(self, name: str) -> Iterator[None]:
@@ -322,6 +382,7 @@ class Method:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict()`'s output (same method; shapes restored first)."""
         if state.get("method") != self.name:
             raise ValueError(f"checkpoint is of method {state.get('method')!r}, not {self.name!r}")
         # Shapes first (a compact method resizes itself), then the weights and optimizer state.
@@ -344,4 +405,5 @@ class Method:
         return {}
 
     def load_extra_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        """Restore what `extra_state_dict` returned; called before the weights are loaded, so a
+        compact method can take its saved shapes first."""

@@ -79,7 +79,7 @@ class ParamInfo:
     name: str
     type: str
     default: Any
-    help: str  # the comment after the field in its source, if any
+    help: str  # `field(metadata={"help": ...})`, else the comment after the field in its source
 
 
 def _field_comments(cls: type) -> dict[str, str]:
@@ -103,7 +103,11 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 
 def params_of(cls: type) -> list[ParamInfo]:
-    """The parameters a method class takes in a suite (`params:`), with defaults and their comments."""
+    """The parameters a method class takes in a suite (`params:`), with defaults and their help.
+
+    A parameter's help is `dataclasses.field(metadata={"help": "..."})` when the field gives one,
+    else the comment after the field on its line in the class source (`delta_t: int = 100  # ...`);
+    a subclass's comment wins over its base's."""
     params_cls = cls.Params
     comments: dict[str, str] = {}
     for klass in reversed(params_cls.__mro__):  # a subclass's comment wins over its base's
@@ -118,7 +122,8 @@ def params_of(cls: type) -> list[ParamInfo]:
         else:
             default = None
         kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-        out.append(ParamInfo(field.name, kind, default, comments.get(field.name, "")))
+        help_text = str(field.metadata.get("help") or comments.get(field.name, ""))
+        out.append(ParamInfo(field.name, kind, default, help_text))
     return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from dstbench.dst import checkpoint as ckpt
 from dstbench.util import distributed
 from dstbench.execution.case_setup import build_method
+from dstbench.execution.torch_compile import compile_method
 from dstbench.suite.cases import Case
 from dstbench.suite.schema import SuiteConfig
 from dstbench.inputs.loaders import Batch, EpochLoader, build_datasets, describe_loader, eval_loader, to_device
@@ -160,6 +162,9 @@ def measure_accuracy(
 
 
     method = build_method(suite, case, device, total_steps, loss_fn=loss_fn)
+    cache = None
+    if suite.compile.enabled:  # trained as the speed track's method is; its compilation is part of train_s
+        cache = compile_method(method, suite.compile.options())
     method.lr_scheduler = warmup_cosine(
         method.optimizer, round(acc.warmup_epochs * steps_per_epoch), total_steps, acc.min_lr
     )
@@ -234,4 +239,6 @@ def measure_accuracy(
         path.unlink()
         if not any(path.parent.iterdir()):
             path.parent.rmdir()
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
     return method

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import os
+import shutil
 import socket
 import time
 import traceback
@@ -33,6 +34,7 @@ from dstbench.suite.loading import parse_suite
 from dstbench.measure.trackers import (
     ActivationCounter,
     AllocatorPeak,
+    CompileRecord,
     EnergyMeter,
     FlopCounter,
     NoiseRecord,
@@ -46,6 +48,7 @@ from dstbench.measure.trackers import (
 )
 from dstbench.util.threads import affinity_cores, resolve_threads, use_threads
 from dstbench.measure.trackers.memory import current_rss_bytes
+from dstbench.execution.torch_compile import compile_failure, compile_method
 
 # Re-exported: what tests and scripts import from the runner.
 __all__ = [
@@ -74,8 +77,8 @@ class SegmentTag:
 
 
 class CaseSession:
-    """One case inside its process, driven step by step by the launcher (README, "How a case is
-    measured"): `open` builds the method and warms up (the first warm-up step counts FLOPs and
+    """One case inside its process, driven step by step by the launcher
+    (docs/concepts/measurement.md): `open` builds the method and warms up (the first warm-up step counts FLOPs and
     saved activations), `segment` times one segment with its noise sample, `finish` computes the
     remaining figures (memory, density, extras; the accuracy track and the profile when enabled)
     and returns the result. Raises on failure; `execute_case` and the launchers turn that into a
@@ -95,6 +98,9 @@ class CaseSession:
         self.segments = (self.suite.timing.segments if task.rounds is None else task.rounds) if self.timed else 0
         self.method: Method | None = None
         self.batches: Any = None
+        # torch.compile's options (None: eager) and what compiling cost (compiled after the first
+        # warm-up step, which counts FLOPs and activations eagerly).
+        self._compile = CompileRecord(self.suite.compile.options() if self.suite.compile.enabled else None)
         self._spanning = contextlib.ExitStack()  # the trackers entered in `open` and left in `finish`
         self._spanning_energy = False
 
@@ -124,12 +130,18 @@ class CaseSession:
         flops, activations = FlopCounter(), ActivationCounter(method.model)
         with flops, activations:
             method.train_segment(self.batches, 1)
-        if timing.warmup_steps > 1:
-            method.train_segment(self.batches, timing.warmup_steps - 1)
-        if first := self.task.first_round:
-            # A later process set trains, untimed, the steps the earlier sets' rounds timed, so its
-            # round r covers the same training steps (and scheduled updates) as in one process.
-            method.train_segment(self.batches, first * timing.segment_steps)
+        if self._compile.options is not None:
+            cache = compile_method(method, self._compile.options)
+            self._spanning.callback(shutil.rmtree, cache, ignore_errors=True)  # after the timed segments
+        with self._compile.untimed():  # the warm-up absorbs the first compilation (validation: >= 2 steps)
+            if timing.warmup_steps > 1:
+                method.train_segment(self.batches, timing.warmup_steps - 1)
+            if first := self.task.first_round:
+                # A later process set trains, untimed, the steps the earlier sets' rounds timed, so its
+                # round r covers the same training steps (and scheduled updates) as in one process.
+                method.train_segment(self.batches, first * timing.segment_steps)
+        if self._compile.enabled and not self._compile.untimed_graphs:
+            raise RuntimeError(f"compile: torch compiled no graph of {self.case.method}'s model in its warm-up; it would train eagerly")
         self.progress("warmup", timing.warmup_steps, timing.warmup_steps)
         synchronize(device)
         flops.write(result)
@@ -151,7 +163,7 @@ class CaseSession:
         assert self.method is not None, "segment() before open() or in an accuracy-only case"
         tag = tag or SegmentTag()
         if tag.settle:
-            with SegmentTimer(self.device) as timer:
+            with self._compile.untimed(), SegmentTimer(self.device) as timer:
                 self.method.train_segment(self.batches, self.suite.timing.segment_steps)
             self._times.add_settle(timer.elapsed_ms)
             return {"ms": timer.elapsed_ms, "settle": True}
@@ -163,10 +175,11 @@ class CaseSession:
             if self._spanning_energy:
                 self._spanning.enter_context(self._energy)  # left with the peaks, in `finish`
         started = time.time()
-        with self._noise.segment(tag.group_pids) as noise:
+        with self._compile.segment(), self._noise.segment(tag.group_pids) as noise:
             with contextlib.nullcontext() if self._spanning_energy else self._energy:
                 with SegmentTimer(self.device) as timer:
                     stats = self.method.train_segment(self.batches, self.suite.timing.segment_steps)
+        self._compile.charge(self.method.topology_updates)
         self._noise.add(noise)
         self._training.add(stats)
         self._times.add(timer.elapsed_ms, started, tag.group, tag.round, tag.process, tag.slot)
@@ -181,6 +194,7 @@ class CaseSession:
         # method's density and extras; the contention warning comes last.
         trackers: tuple[Tracker, ...] = (
             self._times, self._energy, self._allocator, self._rss, StateBytes(self.method), self._training, self._noise,
+            self._compile,
         )
         for tracker in trackers:
             tracker.write(self.result)
@@ -190,6 +204,8 @@ class CaseSession:
         suite, result, device = self.suite, self.result, self.device
         if self.timed:
             self._speed_figures()
+        else:
+            self._compile.write(self.result)  # the options an accuracy-only case trained under
         # The accuracy track and the profile run once per case: in its last process set.
         if suite.mode in ("accuracy", "both") and self.task.extras:
             from dstbench.execution.accuracy_track import measure_accuracy
@@ -240,8 +256,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def failure(task: CaseTask, exc: BaseException) -> CaseResult:
     """The result of a case that raised `exc` (call inside its `except` block): `oom` or `error`,
-    with the traceback."""
-    return failed_result(task, "oom" if is_out_of_memory(exc) else "error", traceback.format_exc())
+    with the traceback (and, when torch's compiler raised it, a last line saying so)."""
+    error = traceback.format_exc()
+    options = task.suite.get("compile") or {}
+    if isinstance(options, dict) and options.get("enabled"):
+        note = compile_failure(exc, str(task.case.get("method")), {k: v for k, v in options.items() if k != "enabled" and v is not None})
+        error += f"{note}\n" if note else ""
+    return failed_result(task, "oom" if is_out_of_memory(exc) else "error", error)
 
 
 def execute_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:

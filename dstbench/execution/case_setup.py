@@ -113,6 +113,8 @@ def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
         kind=case.kind,
         density=case.density,
         params=dict(case.params),
+        sweep=dict(case.sweep) if case.sweep is not None else None,
+        compile=suite.compile.options() if suite.compile.enabled else None,
         precision=suite.precision,
         fuse_norms=suite.fuse_norms,
         batch_size=suite.batch_size,

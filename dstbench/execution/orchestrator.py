@@ -29,7 +29,8 @@ from rich.console import Console
 from dstbench.execution.case_setup import CaseTask
 from dstbench.suite.cases import Case
 from dstbench.suite.plan import (
-    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, resume_conflicts, select_cases, setup_changes,
+    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, point_suite, resume_conflicts, select_cases,
+    setup_changes,
 )
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
@@ -96,6 +97,8 @@ def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrid
         "overrides": dict(overrides or {}),  # `--set` and `--device`, as given
         # What the hash is made of, so that a resume with a changed suite can name what changed.
         "setup": suite.setup_settings(),
+        # A sweep's lines carry their point's hash (`dstbench.suite.sweep`): the run's own, too.
+        **({"point_hashes": [point.setup_hash() for _, point in suite.points]} if suite.sweep else {}),
         **git_state(),
     }
     write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
@@ -236,10 +239,13 @@ def run_cases(
     line per case. `shared`: the cases that belong to several groups of the
     whole plan (default: of `groups`)."""
     launcher = launcher or make_launcher(suite.launcher)
-    suite_data = suite.model_dump(mode="json")
     shared = shared_cases(groups) if shared is None else shared
     cases = cases_of(groups)
-    tasks = {c.case_id: CaseTask(suite_data, str(suite_path), c.to_dict(), str(run_dir), resume=resume) for c in cases}
+    # Each case runs with its own sweep point's suite (the suite itself without a sweep).
+    point_data = {case.point: point_suite(suite, case).model_dump(mode="json") for case in cases}
+    # The suite's path made absolute: a case process finds `plugins:` beside it wherever it starts.
+    task_path = str(suite_path.absolute())
+    tasks = {c.case_id: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume) for c in cases}
     results = []
     with RunProgress(console, suite, total_cases=len(cases)) as progress:
 
@@ -287,7 +293,7 @@ def plan_run(
     overrides = dict(overrides or {})
     if device:
         overrides["device"] = device
-    suite = load_suite(suite_path, overrides)
+    suite = load_suite(suite_path, overrides, recorded=False)  # even a run folder's suite.yaml: `run` needs its methods
     select_cases(suite, suite_path, only, densities)  # the selection's errors come first
     out = Path(out)
     blocking = next((p for p in (out, *out.parents) if p.exists()), None)
@@ -309,7 +315,7 @@ def plan_run(
 
 
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
-    return [PlannedCase(c.method, c.kind, c.density) for c in cases]
+    return [PlannedCase(c.method, c.kind, c.density, c.sweep) for c in cases]
 
 
 def run_suite(

@@ -12,9 +12,11 @@ or several live at once):
 The ETA comes from the share of the run's work done so far: finished cases, plus each live case's
 position in its stages (warmup, timed segments, epochs, profile), weighted by what the suite says
 they cost. On a terminal the bar redraws in place and is cleared at the end, leaving one status
-line per finished case. Elsewhere (a CI log, a file) a line is printed when a case starts or
-enters a new stage, when it finishes, and, in between, every `interval_s` seconds (a heartbeat
-from a thread), so an hour-long case still shows that it is alive and how far it got.
+line per finished case. Elsewhere (a CI log, a file) one short line per case event (it starts,
+enters a new stage, finishes: `case 3/16 rigl@0.1: segment 0/10`) and, every `interval_s` seconds
+(a heartbeat from a thread), one summary line (`progress: 5 of 16 cases done, 2 running (...),
+elapsed 1m05s, ETA 3m10s`), so an hour-long case still shows that it is alive and how far it got.
+No line is longer than `LINE_LIMIT` characters: a CI log stays readable whatever a case's error.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dstbench.util.text import clip, last_line
+from dstbench.util.text import last_line
 
 HEARTBEAT_S = 30.0
+LINE_LIMIT = 160  # characters of any one line this module prints off a terminal
 # A live case's stages in the order they run, and their share of its work when the suite does not
 # say more (mode both: the training dwarfs the timed segments; a profile costs a few steps).
 STAGE_ORDER = ("warmup", "segment", "epoch", "profile")
@@ -57,6 +60,12 @@ def stage_weights(suite: Any) -> dict[str, float]:
     return weights
 
 
+def one_line(text: str, limit: int = LINE_LIMIT) -> str:
+    """`text` as at most `limit` characters on one line, cut with an ellipsis."""
+    text = " ".join(str(text).splitlines())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def duration(seconds: float | None) -> str:
     """'45s', '12m05s', '3h07m'; '--' when unknown."""
     if seconds is None:
@@ -72,10 +81,10 @@ def duration(seconds: float | None) -> str:
 
 
 def status_text(result: Any) -> str:
-    """How a finished case went, in rich markup: 'ok median 12.3 ms/segment, density 0.100'."""
+    """How a finished case went, plain: 'ok median 12.3 ms/segment, density 0.100', or
+    'error ValueError: boom' (the last line of the error; the whole of it stays in the result line)."""
     if result.status != "ok":
-        # Clipped: the full error stays in the result line, and rich renders a long line slowly.
-        return f"[red]{result.status}[/red] {escape(clip(last_line(result.error), 300))}"
+        return f"{result.status} {last_line(result.error)}"
     parts = []
     if result.median_ms is not None:
         parts.append(f"median {result.median_ms:.1f} ms/segment")
@@ -83,8 +92,7 @@ def status_text(result: Any) -> str:
         parts.append(f"top1 {result.top1:.3f}")
     if result.density_achieved is not None:
         parts.append(f"density {result.density_achieved:.3f}")
-    warn = "".join(f"\n  [yellow]warning[/yellow] {escape(clip(w, 300))}" for w in getattr(result, "warnings", None) or [])
-    return "[green]ok[/green] " + ", ".join(parts) + warn
+    return "ok " + ", ".join(parts)
 
 
 @dataclasses.dataclass
@@ -120,7 +128,7 @@ class RunProgress:
         self.cases: dict[str, _Live] = {}
         self._numbers: dict[str, int] = {}  # a case timed in several groups (dense) keeps its number
         self._lock = threading.RLock()
-        self._last_line = self.started
+        self._last_summary = self.started
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._bar: Progress | None = None
@@ -173,8 +181,10 @@ class RunProgress:
             live = self.cases.pop(case_id, None)
             self.finished += int(count)
             index = live.index if live else self._number(case_id)
-            self.console.print(f"case {index}/{self.total} {escape(case_id)}: {status_text(result)}", highlight=False)
-            self._last_line = self.clock()
+            style = None if result.status == "ok" else "red"
+            self._print(f"case {index}/{self.total} {case_id}: {status_text(result)}", style)
+            for warning in getattr(result, "warnings", None) or []:
+                self._print(f"  warning: {warning}", "yellow")
             self._update_bar(case_id)
 
     def _number(self, case_id: str) -> int:
@@ -207,23 +217,33 @@ class RunProgress:
         return elapsed * (1 - fraction) / fraction
 
     def line(self) -> str:
-        """The run's position as one plain line."""
+        """The run's position as one plain line of at most `LINE_LIMIT` characters: the cases done,
+        the running ones (the first named with its stage), elapsed time and ETA."""
         with self._lock:
-            running = "; ".join(
-                f"case {c.index}/{self.total} {case_id}: {c.stage}" + (f" {c.done}/{c.total}" if c.total else "")
-                for case_id, c in self.cases.items()
+            running = ""
+            if self.cases:
+                case_id, c = next(iter(self.cases.items()))
+                first = f"case {c.index}/{self.total} {case_id}: {c.stage}" + (f" {c.done}/{c.total}" if c.total else "")
+                more = f" and {len(self.cases) - 1} more" if len(self.cases) > 1 else ""
+                running = f", {len(self.cases)} running ({one_line(first, 70)}{more})"
+            return one_line(
+                f"progress: {self.finished} of {self.total} cases done{running}, "
+                f"elapsed {duration(self.elapsed())}, ETA {duration(self.eta())}",
             )
-            return (
-                f"{running or 'between cases'} | {self.finished} of {self.total} cases done | "
-                f"elapsed {duration(self.elapsed())} | ETA {duration(self.eta())}"
-            )
+
+    def event_line(self, case_id: str) -> str:
+        """A live case's event: 'case 3/16 rigl@0.1: segment 0/10'."""
+        c = self.cases[case_id]
+        return f"case {c.index}/{self.total} {case_id}: {c.stage}" + (f" {c.done}/{c.total}" if c.total else "")
 
     # -- output -------------------------------------------------------------------------------------
     def _changed(self, case_id: str, announce: bool) -> None:
         if self._bar is not None:
             self._update_bar(case_id)
-        elif announce or self.clock() - self._last_line >= self.interval_s > 0:
-            self._print_line()
+        elif announce:
+            self._print(self.event_line(case_id))
+        elif self.clock() - self._last_summary >= self.interval_s > 0:
+            self._print_summary()
 
     def _update_bar(self, case_id: str) -> None:
         if self._bar is None:
@@ -241,12 +261,16 @@ class RunProgress:
             completed=self.fraction() * max(self.total, 1),
         )
 
-    def _print_line(self) -> None:
-        self.console.print(self.line(), highlight=False, markup=False, soft_wrap=True)
-        self._last_line = self.clock()
+    def _print(self, text: str, style: str | None = None) -> None:
+        # Plain text (no markup: a case id or an error may hold brackets), clipped to one short line.
+        self.console.print(one_line(text), style=style, highlight=False, markup=False, soft_wrap=True)
+
+    def _print_summary(self) -> None:
+        self._print(self.line())
+        self._last_summary = self.clock()
 
     def _beat(self) -> None:
         while not self._stop.wait(min(self.interval_s, 1.0)):
             with self._lock:
-                if self.cases and self.clock() - self._last_line >= self.interval_s:
-                    self._print_line()
+                if self.cases and self.clock() - self._last_summary >= self.interval_s:
+                    self._print_summary()

@@ -2,7 +2,9 @@
 verdicts and the gate's exit code (the command: `dstbench.cli.compare`; its report:
 `dstbench.gates.comparison_text`).
 
-Cases are matched by suite hash, method and density. Time is judged from process-level data
+Cases are matched by suite hash, method and density: a sweep's cases by their point's suite hash, so
+only cases of the same point (or of a run without a sweep at the same settings) are compared, and
+each is judged against its own point's dense. Time is judged from process-level data
 (`dstbench.results.intervals`): each side's samples grouped by the process sets that timed them,
 with the process-to-process spread pooled over that run's cases, so a process's own speed offset
 is not taken for a change. On the relative basis each case's time is taken relative
@@ -103,10 +105,11 @@ class CaseComparison:
     time: TimeVerdict | None = None
     memory: list[MemoryVerdict] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    sweep: dict[str, Any] | None = None  # the sweep point (its suite hash is the key's): named in `case`
 
     @property
     def case(self) -> str:
-        return case_id(self.key[1], self.key[2])
+        return case_id(self.key[1], self.key[2], self.sweep)
 
     def _parts(self, verdict: str) -> list[str]:
         parts = [m.metric for m in self.memory if m.verdict == verdict]
@@ -325,7 +328,8 @@ def compare_case(
     key: Key, base: dict[str, Any], cur: dict[str, Any], *, memory_threshold: float, time: TimeVerdict | None,
     memory_only: bool,
 ) -> CaseComparison:
-    result = CaseComparison(key, str(base.get("status")), str(cur.get("status")))
+    sweep = base.get("sweep")
+    result = CaseComparison(key, str(base.get("status")), str(cur.get("status")), sweep=sweep if isinstance(sweep, dict) else None)
     if base.get("params") != cur.get("params"):
         result.notes.append("method parameters differ")
     if result.baseline_status != "ok" or result.current_status != "ok":

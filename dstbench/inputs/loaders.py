@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from dstbench.suite.schema import DataConfig
+from dstbench.suite.schema_sections import DataConfig
 from dstbench.data.catalog import CATALOG, DatasetInfo
 from dstbench.inputs.transforms import eval_transform, train_transform
 from dstbench.util.distributed import rank, rank_seed, world_size

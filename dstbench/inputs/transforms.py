@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision import transforms as T
 
-from dstbench.suite.schema import AugmentConfig
+from dstbench.suite.schema_sections import AugmentConfig
 from dstbench.data.catalog import DatasetInfo
 
 Transform = Callable[..., torch.Tensor]

@@ -40,7 +40,19 @@ A module registers sections with decorators at import time:
         return Table(headers=[...], rows=[[...], ...], align=["left", "right", ...], note="...")
 
 and is listed in `sections.SECTION_MODULES` (a module that is not there yet is skipped). Keys are
-unique and become HTML anchors. Orders: expectations 5, core tables 10-40, core plots 100-165,
+unique and become HTML anchors.
+
+A separately installed package adds sections through the entry-point group
+`dstbench.report_sections`: each entry point names a module whose import registers them, as above.
+
+    [project.entry-points."dstbench.report_sections"]
+    my_sections = "my_package.report_sections"
+
+These modules are imported once per process, after `SECTION_MODULES` (`sections.load_section_plugin`).
+One that raises at import is a warning naming the entry point and contributes no section; the
+report is built without it. A plugin adds keys: one that registers a key already taken keeps the
+earlier section (and warns). `examples/dstbench-example-plugin/` is a complete package with a
+method and a section. Orders: expectations 5, core tables 10-40, core plots 100-165,
 profiling 170-199, environment 890-910. Plots are drawn inside `figures.plot_style()` (text is never
 parsed as math), twice: once as they are and once inside `figures.narrow_layout()`, where
 `new_figure` makes them phone-wide and `legend_outside` puts legends below (a builder with several

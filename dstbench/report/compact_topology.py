@@ -25,6 +25,7 @@ import pandas as pd
 from dstbench.util.text import percent
 from dstbench.report.sections import Table, register_table
 from dstbench.report.tables import ordered
+from dstbench.results.derive import point_of
 
 HISTORY_KEYS = ("topology_history", "topology")
 UNIT_KINDS = ("heads", "hidden")
@@ -123,7 +124,7 @@ def topology_exchange_table(derived: pd.DataFrame) -> Table | None:
         for kind, s in (summary or {}).items():
             over = s["fresh_pruned_share"] / s["fresh_population_share"] if s["fresh_population_share"] else np.nan
             rows.append([
-                str(r["method"]), f"{float(r['density']):g}", kind, str(int(s["updates"])), str(int(s["pruned"])),
+                str(r["method"]) + (f" [{point_of(r)}]" if point_of(r) else ""), f"{float(r['density']):g}", kind, str(int(s["updates"])), str(int(s["pruned"])),
                 percent(s["fresh_pruned_share"]), percent(s["fresh_population_share"]),
                 "—" if not np.isfinite(over) else f"{over:.2f}×", str(int(s["moved"])), str(int(s["new"])),
             ])

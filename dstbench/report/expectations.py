@@ -55,20 +55,57 @@ def _value(outcome: Outcome) -> str:
     return DASH if outcome.value is None else f"{outcome.value:.4g}"
 
 
+def _cases_text(cases: list[str]) -> str:
+    """'rigl@0.1', or '16 cases: a, b, c, d, e, ...'."""
+    if len(cases) == 1:
+        return cases[0]
+    shown = ", ".join(cases[:5]) + (", ..." if len(cases) > 5 else "")
+    return f"{len(cases)} cases: {shown}"
+
+
+def _values_text(outcomes: list[Outcome]) -> str:
+    """One value, or the range of several ('0.098 to 0.1')."""
+    values = [o.value for o in outcomes if o.value is not None]
+    if not values:
+        return DASH
+    low, high = min(values), max(values)
+    return f"{low:.4g}" if f"{low:.4g}" == f"{high:.4g}" else f"{low:.4g} to {high:.4g}"
+
+
+def collapsed(outcomes: list[Outcome]) -> list[list[Outcome]]:
+    """The outcomes as table rows: each failure a row of its own; the passing (and the skipped)
+    cases of one expectation together in one row, so 16 identical PASS rows read as one."""
+    rows: list[list[Outcome]] = []
+    grouped: dict[tuple[int, str], list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.verdict == "FAIL":
+            rows.append([outcome])
+            continue
+        key = (id(outcome.expectation), outcome.verdict)
+        if key not in grouped:
+            grouped[key] = []
+            rows.append(grouped[key])
+        grouped[key].append(outcome)
+    # Failures first: they are what a reader opens the table for.
+    return sorted(rows, key=lambda row: row[0].verdict != "FAIL")
+
+
 @register_table("expectations", "Expectations", order=5)
 def expectations_table(derived: pd.DataFrame) -> Table | None:
     verdicts = run_verdicts(derived)
     rows, classes = [], []
     several = len(verdicts) > 1
     for run in verdicts:
-        for outcome in run.outcomes:
-            exp = outcome.expectation
+        for group in collapsed(run.outcomes):
+            first = group[0]
+            exp = first.expectation
             vs = comparison_method(exp, run.reference) if exp.metric in RELATIVE else DASH
             rows.append(
                 ([run_label(run.run)] if several else [])
-                + [outcome.verdict, exp.metric, outcome.case, vs, _value(outcome), bounds_text(exp), outcome.message]
+                + [first.verdict, exp.metric, _cases_text([o.case for o in group]), vs, _values_text(group),
+                   bounds_text(exp), first.message if len(group) == 1 else ""]
             )
-            classes.append(ROW_CLASS[outcome.verdict])
+            classes.append(ROW_CLASS[first.verdict])
     if not rows:
         return None
     tally = counts(verdicts)
@@ -77,8 +114,9 @@ def expectations_table(derived: pd.DataFrame) -> Table | None:
         rows,
         align=(["left"] if several else []) + ["left", "left", "left", "left", "right", "left", "left"],
         note=(
-            f"The suite's expect: gates, one row per matching case: {tally['PASS']} passed, {tally['FAIL']} failed, "
-            f"{tally['SKIPPED']} skipped. SKIPPED: the case, or the one it is compared with, was not selected for "
+            f"The suite's expect: gates: {tally['PASS']} passed, {tally['FAIL']} failed, {tally['SKIPPED']} skipped. "
+            "Each failure has a row of its own, first; the cases one gate passed (or skipped) share a row, with "
+            "the range of their values. SKIPPED: the case, or the one it is compared with, was not selected for "
             "the run (--only, --density); a case that was selected but has no result fails."
         ),
         row_classes=classes,

@@ -158,3 +158,12 @@ def write_report(derived: pd.DataFrame, run_dirs: list[str | Path], path: str | 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, render_html(build_page(derived, run_dirs, output_dir=path.parent)))
     return path
+
+
+def write_markdown_report(derived: pd.DataFrame, run_dirs: list[str | Path], path: str | Path) -> Path:
+    """Render the Markdown report of `derived` into `path` (its folder is created); its plots are
+    written beside it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, render_markdown(build_page(derived, run_dirs, images=False, output_dir=path.parent)))
+    return path

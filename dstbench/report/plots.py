@@ -36,16 +36,22 @@ from dstbench.report.sections import register_plot
 from dstbench.report.tables import ordered, run_label
 from dstbench.report.compact_topology import topology_history
 from dstbench.results.record import segment_samples
+from dstbench.results.derive import frame_points
 
 # Re-exported: section modules written against the old layout import these from here.
 __all__ = ["new_figure", "palette", "plot_style", "series"]
 
 
 def series(derived: pd.DataFrame) -> pd.Series:
-    """What a line stands for: the method, plus its run when a report holds several runs."""
+    """What a line stands for: the method, plus its sweep point in a run with a sweep, plus its run
+    when a report holds several runs."""
+    names = derived["method"].astype(str)
+    points = frame_points(derived)
+    if points.astype(bool).any():
+        names = names + " [" + points + "]"
     if "run" in derived and derived["run"].nunique() > 1:
-        return derived["method"].astype(str) + " · " + derived["run"].map(run_label)
-    return derived["method"].astype(str)
+        return names + " · " + derived["run"].map(run_label)
+    return names
 
 
 def _with_series(derived: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -120,7 +126,8 @@ def _listing(frame: pd.DataFrame, value: Any, groups: list[list[str]] | None = N
 
 
 @register_plot(
-    "speedup_plot", "Speedup vs density", order=100,
+    # Right under the expectations: the figure the report exists for comes before the tables.
+    "speedup_plot", "Speedup vs density", order=7,
     caption="Per-round time ratio over interleaved rounds and process sets at each density, with its 95% "
     "interval across processes (unpaired runs: ratio of medians, bootstrap interval); dashed: "
     "the speedup the FLOP count allows; dotted (compact methods): the speedup small_dense, a plain dense "

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import sys
 import traceback
+import warnings
 from typing import Any, Callable, Literal
 
 import pandas as pd
@@ -16,8 +18,8 @@ import pandas as pd
 from dstbench.report.figures import Plot, close, figure_to_uri, narrow_layout, plot_style
 
 __all__ = [
-    "Plot", "Rendered", "SECTION_MODULES", "Section", "Table", "figure_to_uri", "load_section_modules",
-    "register_plot", "register_table", "render_sections", "sections",
+    "ENTRY_POINT_GROUP", "Plot", "Rendered", "SECTION_MODULES", "Section", "Table", "figure_to_uri",
+    "load_section_modules", "load_section_plugin", "register_plot", "register_table", "render_sections", "sections",
 ]
 
 # Modules whose import registers sections. A module that does not exist (yet) is skipped; an error
@@ -30,7 +32,13 @@ SECTION_MODULES = (
     "dstbench.report.profile_section",
     "dstbench.report.compact_topology",
     "dstbench.report.seeds",
+    "dstbench.report.scaling",
+    "dstbench.report.sparse_executions",
+    "dstbench.report.density_schedule",
 )
+# Installed packages add sections here: each entry point names a module whose import registers
+# them, loaded after `SECTION_MODULES` (see the package docstring).
+ENTRY_POINT_GROUP = "dstbench.report_sections"
 
 
 @dataclasses.dataclass
@@ -105,13 +113,57 @@ def register_plot(
     return _register("plot", key, title, order, caption, True)
 
 
+_plugins_loaded = False
+
+
 def load_section_modules() -> None:
+    """Import the built-in section modules, then, once per process, the modules of the entry-point
+    group `dstbench.report_sections` (`load_section_plugin`)."""
+    global _plugins_loaded
     for name in SECTION_MODULES:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        for entry_point in _entry_points():
+            load_section_plugin(entry_point)
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def load_section_plugin(entry_point: importlib.metadata.EntryPoint) -> bool:
+    """Import the module an entry point names, so its sections register; False when it failed.
+
+    A plugin that raises at import is a warning naming it, and none of its sections stay
+    registered: a broken package costs its own sections, not the report. A plugin may add
+    sections, not replace one registered before it (a clash is a warning; the earlier one stays).
+    """
+    before = dict(_SECTIONS)
+    try:
+        entry_point.load()
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of third-party code at import
+        _SECTIONS.clear()
+        _SECTIONS.update(before)
+        warnings.warn(
+            f"dstbench: report sections {entry_point.name!r} ({entry_point.value}) could not be loaded and are left "
+            f"out: {type(exc).__name__}: {exc}",
+            stacklevel=2,
+        )
+        return False
+    clashes = sorted(key for key, section in before.items() if _SECTIONS.get(key) is not section)
+    if clashes:
+        _SECTIONS.update({key: before[key] for key in clashes})
+        warnings.warn(
+            f"dstbench: report sections {entry_point.name!r} ({entry_point.value}) register keys already taken, "
+            f"kept as they were: {', '.join(clashes)}",
+            stacklevel=2,
+        )
+    return True
 
 
 def sections(kind: str | None = None) -> list[Section]:

@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from dstbench.util.text import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
 from dstbench.results.speedup import reference_row
+from dstbench.results.derive import frame_points, point_of, same_point
 from dstbench.results.record import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
 
@@ -58,15 +59,18 @@ def _spread(r: pd.Series) -> str:
 
 def _flags(r: pd.Series) -> str:
     """What makes a row's speed figures suspect: contention during its segments, a figure beyond
-    what physics allows (README, "What a run says")."""
+    what physics allows (docs/guides/reports.md)."""
     flags = ["contended"] if r.get("contended") is True else []
+    if r.get("density_off_target") is True:
+        flags.append("density off target")
     if isinstance(r.get("implausible"), str) and r["implausible"]:
         flags.append("implausible")
     return ", ".join(flags)
 
 
 SPEED_NOTE = (
-    "n is the number of timed segments; median and interquartile range are per segment, ms/step the median "
+    "achieved is the density the case ran at, at its last timed segment ('off target': more than 0.01 from the "
+    "density it is named by, also flagged). n is the number of timed segments; median and interquartile range are per segment, ms/step the median "
     "divided by the segment's steps; IQR/median above 10% marks a case noisy, above 25% very noisy. Speedup "
     "is {ref}'s segment / the method's segment timed in the same round of an interleaved group, its rounds "
     "grouped by the set of fresh processes that timed them: the mean of each process set's median, with a 95% "
@@ -82,6 +86,21 @@ SPEED_NOTE = (
 )
 
 
+COMPILE_NOTE = (
+    " Under torch.compile (compile s shown): compile s is the compilation before the timed segments (the warm-up "
+    "absorbs it: never in a sample); recompiles are the graphs torch compiled inside the timed segments and the time "
+    "they took (part of the segments' time), which after a topology update (a compact method's resize) is charged to "
+    "it: topology share counts it."
+)
+
+
+def _recompiles(r: pd.Series) -> str:
+    """'2 (4490 ms)': graphs compiled in the timed segments and their compile time; — when eager."""
+    if missing(r.get("recompiles")):
+        return DASH
+    return f"{int(r['recompiles'])} ({float(r.get('recompile_ms') or 0.0):.0f} ms)"
+
+
 def covers(derived: pd.DataFrame) -> str:
     """What the run's speedup intervals cover, e.g. "intervals over 2 processes x 5 rounds"."""
     texts = sorted({t for t in derived.get("speedup_covers", pd.Series(dtype=object)).dropna() if t})
@@ -93,15 +112,20 @@ def run_label(run: Any) -> str:
 
 
 def ordered(derived: pd.DataFrame) -> pd.DataFrame:
-    """Rows in report order: by run, then density (dense first), then the suite's method order."""
+    """Rows in report order: by run, then sweep point, then density (dense first), then the suite's
+    method order."""
     method_rank = {m: i for i, m in enumerate(pd.unique(derived["method"]))}
     run_rank = {r: i for i, r in enumerate(pd.unique(derived["run"]))} if "run" in derived else {}
+    points = frame_points(derived)
+    point_rank = {p: i for i, p in enumerate(pd.unique(points))}
     keyed = derived.assign(
         _run=derived["run"].map(run_rank) if run_rank else 0,
+        _point=points.map(point_rank),
         _method=derived["method"].map(method_rank),
         _density=-derived["density"].astype(float),
     )
-    return keyed.sort_values(["_run", "_density", "_method"], kind="stable").drop(columns=["_run", "_method", "_density"])
+    columns = ["_run", "_point", "_density", "_method"]
+    return keyed.sort_values(columns, kind="stable").drop(columns=columns)
 
 
 def _executions_differ(derived: pd.DataFrame) -> bool:
@@ -117,19 +141,31 @@ def _execution(r: pd.Series) -> str:
     return execution if isinstance(execution, str) else str(r.get("kind", DASH))
 
 
+def _achieved(r: pd.Series) -> str:
+    """The density the case ran at (`density_achieved`, at its last timed segment), marked when it is
+    not the one the case is named by (gmp still pruning, a compact method's whole units)."""
+    achieved = r.get("density_achieved")
+    if not present(achieved):
+        return DASH
+    return f"{float(achieved):.3f}" + (" off target" if r.get("density_off_target") is True else "")
+
+
 def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
-    """Leading columns naming a case; `run` only when several runs share the report, `execution`
-    only when a masked method ran with sparse kernels (csr, semi_structured)."""
+    """Leading columns naming a case (with the density it achieved); `run` only when several runs
+    share the report, `execution` only when a masked method ran with sparse kernels (csr,
+    semi_structured)."""
     several = "run" in derived and derived["run"].nunique() > 1
     executions = _executions_differ(derived)
-    headers = (["run"] if several else []) + ["method"] + (["execution"] if executions else []) + ["density", "status"]
+    swept = bool(frame_points(derived).astype(bool).any())  # a sweep: each row's point, beside its method
+    headers = (["run"] if several else []) + (["point"] if swept else []) + ["method"] + (["execution"] if executions else []) + ["density", "achieved", "status"]
 
     def cells(r: pd.Series) -> list[str]:
         return (
             ([run_label(r["run"])] if several else [])
+            + ([point_of(r)] if swept else [])
             + [str(r["method"])]
             + ([_execution(r)] if executions else [])
-            + [f"{float(r['density']):g}", str(r["status"])]
+            + [f"{float(r['density']):g}", _achieved(r), str(r["status"])]
         )
 
     return headers, cells
@@ -148,6 +184,7 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
     if derived.empty:
         return None
     rows = ordered(derived)
+    compiled = "compile" in derived and bool(derived["compile"].map(lambda c: isinstance(c, dict)).any())
     ref = _reference(derived)
     headers, cells = _identity(derived)
     body = [
@@ -157,16 +194,18 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
             _iqr(r), _spread(r), _num(r.get("images_per_s"), ".1f"),
             _speedup(r), _speedup_vs_dense(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")),
             _times(r.get("shape_limit")), percent(r.get("shape_fraction")), percent(r.get("topology_share")),
-            _flags(r),
         ]
+        + ([_num(r.get("compile_s"), ".1f"), _recompiles(r)] if compiled else [])
+        + [_flags(r)]
         for _, r in rows.iterrows()
     ]
     return Table(
         headers + ["n", "median ms", "ms/step", "IQR ms", "IQR/median", "images/s", f"speedup vs {ref} [95% CI]",
-                   "vs dense [95% CI]", "FLOP limit", "of limit", "shape limit", "of shape limit", "topology share", "flags"],
+                   "vs dense [95% CI]", "FLOP limit", "of limit", "shape limit", "of shape limit", "topology share"]
+        + (["compile s", "recompiles"] if compiled else []) + ["flags"],
         body,
-        align=["left"] * len(headers) + ["right"] * 13 + ["left"],
-        note=SPEED_NOTE.format(ref=ref, covers=covers(derived)),
+        align=["left"] * len(headers) + ["right"] * (15 if compiled else 13) + ["left"],
+        note=SPEED_NOTE.format(ref=ref, covers=covers(derived)) + (COMPILE_NOTE if compiled else ""),
         row_classes=_classes(rows),
     )
 
@@ -209,7 +248,7 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     headers, cells = _identity(derived)
     body = []
     for _, r in rows.iterrows():
-        base = reference_row(derived, ref, float(r["density"]), r.get("run"))
+        base = reference_row(same_point(derived, r), ref, float(r["density"]), r.get("run"))
         drop = DASH
         if base is not None and not missing(base.get("top1")) and not missing(r.get("top1")):
             drop = f"{(float(base['top1']) - float(r['top1'])) * 100:+.2f} pp"

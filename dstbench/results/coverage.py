@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from dstbench.suite.cases import case_id
+from dstbench.suite.cases import case_id, line_case_id
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
@@ -29,13 +29,15 @@ class PlannedCase:
     method: str  # the label
     kind: str
     density: float
+    sweep: dict[str, Any] | None = None  # its sweep point (dstbench.suite.sweep); None without a sweep
 
     @property
     def case_id(self) -> str:
-        return case_id(self.method, self.density)
+        return case_id(self.method, self.density, self.sweep)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"case_id": self.case_id, "method": self.method, "kind": self.kind, "density": self.density}
+        point = {"sweep": self.sweep} if self.sweep is not None else {}
+        return {"case_id": self.case_id, "method": self.method, "kind": self.kind, "density": self.density, **point}
 
 
 @dataclasses.dataclass
@@ -98,7 +100,10 @@ def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:
     if not isinstance(cases, list):
         return None
     try:
-        return [PlannedCase(str(c["method"]), str(c["kind"]), float(c["density"])) for c in cases]
+        return [
+            PlannedCase(str(c["method"]), str(c["kind"]), float(c["density"]), c["sweep"] if isinstance(c.get("sweep"), dict) else None)
+            for c in cases
+        ]
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -138,8 +143,8 @@ def run_coverage(run_dir: str | Path) -> Coverage | None:
     planned = _from_meta(meta) or _from_suite(run_dir, lines)
     if planned is None:
         return None
-    # Named from method and density, as the planned cases are (what a line's case_id is made of).
-    present = list(dict.fromkeys(case_id(str(line.get("method")), float(line.get("density") or 0.0)) for line in lines))
+    # Named from method, density and sweep point, as the planned cases are (what a line's case_id is made of).
+    present = list(dict.fromkeys(line_case_id(line) for line in lines))
     selected = meta.get("selected")
     if isinstance(selected, list):
         return Coverage(planned, [str(c) for c in selected], present)

@@ -34,6 +34,7 @@ from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.intervals import BetweenProcesses, starved_flags
 from dstbench.results.speedup import between_processes, reference_row, speedup_stats
 from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
+from dstbench.suite.cases import point_tag
 
 # Beside the reference's figures (`baseline_ratios`): the speedup against dense, and for compact
 # methods the shape limit that small_dense, a dense model of their shapes, sets.
@@ -56,6 +57,9 @@ SPEED_LIMITS = {"flop_limit": "FLOP limit", "shape_limit": "shape limit"}
 # methods (a masked method measured 1.11x vs another with the same FLOPs): room before a limit binds.
 LIMIT_TOLERANCE = 0.20
 MASKED_TOLERANCE = 0.05
+# |density_achieved - density| beyond which a case is flagged as not at the density it is named by:
+# the smoke suite's `density_achieved` expectation allows the same.
+DENSITY_TOLERANCE = 0.01
 
 
 def noise_level(spread: float) -> str:
@@ -87,8 +91,29 @@ def plausibility(row: pd.Series, values: dict[str, Any]) -> list[str]:
     return flags
 
 
+def point_of(row: pd.Series | dict[str, Any]) -> str:
+    """The sweep point a row ran at, as case ids name it (`embed_dim=192,num_heads=3`); "" without one."""
+    sweep = row.get("sweep")
+    return point_tag(sweep) if isinstance(sweep, dict) else ""
+
+
+def frame_points(frame: pd.DataFrame) -> pd.Series:
+    """Each row's sweep point (`point_of`), aligned with `frame`."""
+    if "sweep" not in frame:
+        return pd.Series("", index=frame.index, dtype=object)
+    return pd.Series([point_tag(s) if isinstance(s, dict) else "" for s in frame["sweep"]], index=frame.index, dtype=object)
+
+
+def same_point(frame: pd.DataFrame, row: pd.Series | dict[str, Any]) -> pd.DataFrame:
+    """The rows of `frame` at `row`'s sweep point: where a figure pairs a case with another (its
+    reference, dense, small_dense), the other is looked for there."""
+    points = frame_points(frame)
+    return frame[points == point_of(row)] if len(frame) and points.nunique() > 1 else frame
+
+
 def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
-    """Every result line of the given run folders, one row per case, with `run` naming its folder."""
+    """Every result line of the given run folders, one row per case, with `run` naming its folder
+    and `point` its sweep point ("" without a sweep)."""
     rows = []
     for run_dir in run_dirs:
         for line in iter_results(Path(run_dir)):
@@ -100,6 +125,7 @@ def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
         for name in RESULT_FIELDS:
             if name not in frame:
                 frame[name] = None
+        frame["point"] = frame_points(frame)
     return frame
 
 
@@ -142,7 +168,9 @@ def _speed_values(row: pd.Series, values: dict[str, Any]) -> None:
         return
     median = float(np.median(segments))
     if sum(segments) > 0:
-        values["topology_share"] = float(row.get("topology_ms") or 0.0) / sum(segments)
+        # Under torch.compile the recompilations a topology update causes are charged to it.
+        charged = float(row.get("topology_ms") or 0.0) + float(row.get("topology_recompile_ms") or 0.0)
+        values["topology_share"] = charged / sum(segments)
     steps = row.get("segment_steps")
     if present(steps) and float(steps) > 0:
         values["ms_per_step"] = median / float(steps)
@@ -155,10 +183,26 @@ def _speed_values(row: pd.Series, values: dict[str, Any]) -> None:
 def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Add speedup (with its 95% CI and basis), memory reduction, byte ratios, FLOP limit, topology
     share, the case's own timing figures (segments, ms per step, spread, noise level, contended)
-    and plausibility flags.
+    and plausibility flags, and `point`, each row's sweep point.
 
-    Failed cases keep their rows (status says why) with every derived figure NaN.
+    Failed cases keep their rows (status says why) with every derived figure NaN. In a run with a
+    sweep every figure is computed within its point: a case is compared with its point's reference,
+    dense and small_dense, and the between-process variance is pooled over its point's comparisons.
     """
+    points = frame_points(frame)
+    if len(frame) == 0 or points.nunique() <= 1:
+        out = _derive_point(frame, reference)
+        out["point"] = points
+        return out
+    parts = [_derive_point(frame[points == point], reference) for point in pd.unique(points)]
+    out = pd.concat(parts).loc[frame.index]
+    out["point"] = points
+    out.attrs["reference"] = reference
+    return out
+
+
+def _derive_point(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """`derive` for the rows of one sweep point (or of a run without a sweep)."""
     out = frame.copy()
     columns: dict[str, list[Any]] = {key: [] for key in DERIVED_COLUMNS}
     between = between_processes(frame, reference)
@@ -202,9 +246,19 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
     for key, values_list in columns.items():
         dtype = object if key in TEXT_COLUMNS else bool if key == "contended" else float
         out[key] = pd.Series(values_list, index=out.index, dtype=dtype)
+    out["density_off_target"] = pd.Series([density_off_target(r) for _, r in frame.iterrows()], index=out.index, dtype=bool)
     # Named even where no case could be compared with it (the reference failed everywhere).
     out.attrs["reference"] = reference
     return out
+
+
+def density_off_target(row: pd.Series | dict[str, Any]) -> bool:
+    """Whether a case ran at a density more than `DENSITY_TOLERANCE` from the one it is named by
+    (gmp still pruning at the timed segments, a compact method rounding to whole units)."""
+    achieved, target = row.get("density_achieved"), row.get("density")
+    if row.get("status") != "ok" or not present(achieved) or not present(target):
+        return False
+    return abs(float(achieved) - float(target)) > DENSITY_TOLERANCE
 
 
 # -- the baselines beside the reference: dense, and small_dense's shapes -------------------------------
@@ -324,7 +378,7 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
     if not speed.empty:
         best = speed.loc[speed["speedup"].idxmax()]
         out["speedup"] = {
-            "method": best["method"], "density": float(best["density"]), "value": float(best["speedup"]),
+            "method": _named(best), "density": float(best["density"]), "value": float(best["speedup"]),
             "ci_low": float(best["speedup_ci_low"]), "ci_high": float(best["speedup_ci_high"]),
             "vs_dense": _vs_dense(best, reference),
             "ci": ci_text(best["speedup_ci_low"], best["speedup_ci_high"]),
@@ -335,11 +389,17 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
     if not memory.empty:
         best = memory.loc[memory["memory_reduction"].idxmax()]
         out["memory"] = {
-            "method": best["method"], "density": float(best["density"]),
+            "method": _named(best), "density": float(best["density"]),
             "value": float(best["memory_reduction"]), "basis": best["memory_basis"],
         }
     out["harness"] = harness_options(derived)
     return out
+
+
+def _named(row: pd.Series) -> str:
+    """A headline case's method, with its sweep point when the run has one: `barter [embed_dim=384]`."""
+    point = point_of(row)
+    return f"{row['method']} [{point}]" if point else str(row["method"])
 
 
 def _vs_dense(row: pd.Series, reference: str | None) -> dict[str, Any] | None:

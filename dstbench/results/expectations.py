@@ -26,11 +26,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dstbench.suite.cases import case_id
-from dstbench.suite.schema import Expectation, SuiteConfig
+from dstbench.suite.cases import line_case_id
+from dstbench.suite.schema import SuiteConfig
+from dstbench.suite.schema_sections import Expectation
 from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
 from dstbench.util.text import present
-from dstbench.results.derive import derive
+from dstbench.results.derive import derive, same_point
 from dstbench.results.speedup import reference_row
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
@@ -98,7 +99,7 @@ def _value(
             return float(value), ""
         if exp.metric == "topology_share":
             return None, "no segment samples"
-        ref = reference_row(frame, vs, float(row["density"]), row.get("run"))
+        ref = reference_row(same_point(frame, row), vs, float(row["density"]), row.get("run"))
         if ref is None:
             return None, f"no ok {vs} case at density {row['density']:g} to compare with"
         if exp.metric == "memory_reduction":
@@ -111,7 +112,7 @@ def _value(
     if exp.metric == "top1":
         return (None, "no top1 in result") if not present(row.get("top1")) else (float(row["top1"]), "")
     if exp.metric == "top1_drop":
-        ref = reference_row(frame, vs, float(row["density"]), row.get("run"))
+        ref = reference_row(same_point(frame, row), vs, float(row["density"]), row.get("run"))
         if ref is None or not present(row.get("top1")) or not present(ref.get("top1")):
             return None, f"top1 missing for the method or for {vs}"
         return float(ref["top1"]) - float(row["top1"]), ""
@@ -164,7 +165,7 @@ def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Cove
     """Planned cases the expectation covers that have no result line."""
     if coverage is None:
         return []
-    present_ids = {case_id(m, d) for m, d in zip(frame["method"], frame["density"])} if len(frame) else set()
+    present_ids = {line_case_id(row) for _, row in frame.iterrows()} if len(frame) else set()
     absent = []
     for case in coverage.planned:
         if case.case_id in present_ids or not _matches(exp, case.method, case.density):
@@ -233,7 +234,7 @@ def evaluate(
             continue
         derived = derive(frame, vs) if exp.metric in DERIVED and len(rows) else frame
         for _, row in rows.iterrows():
-            case = case_id(row["method"], row["density"])
+            case = line_case_id(row)
             if row["status"] != "ok":
                 outcomes.append(Outcome(exp, case, None, False, f"case status is {row['status']}"))
                 continue

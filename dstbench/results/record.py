@@ -9,7 +9,7 @@ of the run folder it was written into). Readers go by the version:
        `env.cudnn` (now "9.1.0", not 90100) are recorded on CUDA devices only
 
 Adding a field does not change the version; renaming or removing one, or changing what a field
-means or its unit, does: bump SCHEMA_VERSION and add a line above (and in README, "Result fields").
+means or its unit, does: bump SCHEMA_VERSION and add a line above (docs/reference/results.md is generated from the declarations).
 
 The fields are declared where they are written: identity and bookkeeping here (`CORE_FIELDS`),
 every figure by its tracker (`dstbench.measure.trackers.TRACKERS`), each with its type, default and
@@ -40,7 +40,7 @@ from dstbench.util.files import RESULTS_FILE, open_no_follow, write_atomic
 
 SCHEMA_VERSION = 1
 
-# A case's status: it finished, or how it failed (see README, "How a case is measured").
+# A case's status: it finished, or how it failed (see docs/concepts/measurement.md).
 # `cancelled`: a cluster job ended from outside (scancel, preemption) before its case reported.
 STATUSES = ("ok", "oom", "error", "timeout", "crash", "cancelled")
 FAILED_STATUSES = STATUSES[1:]
@@ -60,6 +60,10 @@ CORE_FIELDS = (
     ResultField("kind", str, LATEST, RANK0, "the method's kind: dense, masked or compact"),
     ResultField("density", float, LATEST, RANK0, "the density the case asks for"),
     ResultField("params", dict[str, Any], LATEST, RANK0, "the method's parameters"),
+    # A suite's sweep (dstbench.suite.sweep): the point's suite hash is the line's `suite_hash`.
+    ResultField("sweep", dict[str, Any] | None, LATEST, RANK0,
+                "the sweep point the case ran at: each swept suite key and its value (None: the suite has no sweep)",
+                default=None),
     # A failed status is kept by the merges themselves (dstbench.results.merge, the torchrun launcher).
     ResultField("status", str, LATEST, RANK0, "ok, or how the case failed (STATUSES)", default="ok"),
     ResultField("device", str | None, LATEST, RANK0, "the torch device", default=None, per_rank=True),
@@ -342,6 +346,7 @@ class ResultsRead:
     duplicated: dict[str, int]  # case id -> lines
     foreign: list[str]  # "LINE (case, hash)" of lines of another suite hash than run.json's
     suite_hash: str | None = None
+    point_hashes: tuple[str, ...] = ()  # a sweep's points' hashes (run.json), each a line's own
 
     def problems(self) -> list[str]:
         parts = []
@@ -363,7 +368,9 @@ def read_results(run_dir: Path) -> ResultsRead:
     line of a run killed mid-write, text that is not JSON, a line whose fields have the wrong types
     (`line_problem`), a line of another suite hash than run.json records (never merged with the
     run's). A case id with several lines keeps its last line, which stands where that line stands."""
-    read = ResultsRead({}, [], {}, [], load_run_meta(run_dir).get("suite_hash") or None)
+    meta = load_run_meta(run_dir)
+    points = tuple(h for h in meta.get("point_hashes") or () if isinstance(h, str))
+    read = ResultsRead({}, [], {}, [], meta.get("suite_hash") or None, points)
     path = Path(run_dir) / RESULTS_FILE
     if not path.exists():
         return read
@@ -384,7 +391,7 @@ def read_results(run_dir: Path) -> ResultsRead:
                 continue
             case = data["case_id"]
             line_hash = data.get("suite_hash")
-            if read.suite_hash and isinstance(line_hash, str) and line_hash != read.suite_hash:
+            if read.suite_hash and isinstance(line_hash, str) and line_hash not in (read.suite_hash, *read.point_hashes):
                 read.foreign.append(f"{number} ({case}, {line_hash})")
                 continue
             counts[case] = counts.get(case, 0) + 1

@@ -1,7 +1,10 @@
-"""A case: one method at one density (dense runs once, at 1.0), and how cases are named.
+"""A case: one method at one density (dense runs once, at 1.0) at one point of the suite's sweep,
+and how cases are named.
 
 Light on purpose (no schema, no torch): compare and export name cases without validating a suite.
-A suite expands into its cases in `dstbench.suite.plan.expand_cases`.
+A suite expands into its cases in `dstbench.suite.plan.expand_cases`; its sweep into points in
+`dstbench.suite.sweep`. A case of a sweep names its point in its id, `rigl@0.1[embed_dim=192,num_heads=3]`
+(`point_tag`); without a sweep ids are as they always were, `rigl@0.1`.
 """
 
 from __future__ import annotations
@@ -18,9 +21,54 @@ def density_text(density: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def case_id(method: str, density: float) -> str:
-    """How a case is named everywhere (result lines, gates, reports): `label@density`, e.g. `rigl@0.1`."""
-    return f"{method}@{density_text(density)}"
+# Characters a point's text may not hold: group ids split at "|" and "#" (`dstbench.suite.groups`),
+# and the brackets delimit the point in a case id.
+POINT_RESERVED = "|#[]"
+
+
+def value_text(value: Any) -> str:
+    """A swept value as a case id shows it: numbers as `density_text` writes them, booleans and null
+    as YAML does, mappings and lists in flow style (`{mode:max-autotune}`), keys sorted."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return density_text(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{value_text(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def short_keys(keys: list[str]) -> dict[str, str]:
+    """Each dotted key as a point names it: its last part where no other key ends the same way
+    (`model.embed_dim` -> `embed_dim`), else the whole key."""
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    return {key: tail if last.count(tail) == 1 else key for key, tail in zip(keys, last)}
+
+
+def point_tag(sweep: dict[str, Any] | None) -> str:
+    """The text naming a sweep point, `embed_dim=192,num_heads=3` (keys in the sweep's order); ""
+    for no point (a suite without a sweep, a line written before sweeps existed)."""
+    if not sweep or not isinstance(sweep, dict):
+        return ""
+    names = short_keys([str(k) for k in sweep])
+    return ",".join(f"{names[str(key)]}={value_text(value)}" for key, value in sweep.items())
+
+
+def case_id(method: str, density: float, sweep: dict[str, Any] | None = None) -> str:
+    """How a case is named everywhere (result lines, gates, reports): `label@density`, e.g. `rigl@0.1`,
+    and at a sweep point `label@density[point]`, e.g. `rigl@0.1[embed_dim=192,num_heads=3]`."""
+    tag = point_tag(sweep)
+    return f"{method}@{density_text(density)}" + (f"[{tag}]" if tag else "")
+
+
+def line_case_id(line: Any) -> str:
+    """The case id of a result line (a mapping or a row) from its method, density and sweep point."""
+    sweep = line.get("sweep")
+    return case_id(str(line.get("method")), float(line.get("density") or 0.0), sweep if isinstance(sweep, dict) else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +78,17 @@ class Case:
     kind: str
     density: float
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The sweep point the case runs at: each swept dotted key and its value; None without a sweep.
+    sweep: dict[str, Any] | None = None
 
     @property
     def case_id(self) -> str:
-        return case_id(self.method, self.density)
+        return case_id(self.method, self.density, self.sweep)
+
+    @property
+    def point(self) -> str:
+        """The point's text (`point_tag`); "" without a sweep."""
+        return point_tag(self.sweep)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

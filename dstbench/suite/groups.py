@@ -8,7 +8,9 @@ are written together when the group ends.
 
 Group ids. Each time a group is timed it gets an id `KEY#TOKEN`: KEY is `d=<density>` for a
 density's group (`d=0.1|barter` for a (method, reference) pair split from it when it would not fit
-in device memory) or the case id of a case timed alone; TOKEN is fresh each time. Every segment
+in device memory) or the case id of a case timed alone; TOKEN is fresh each time. In a suite with
+a sweep a group holds the cases of one point only, and its key names the point: `d=0.1[embed_dim=192]`
+(dense belongs to every density's group of its own point). Every segment
 sample carries its group id and round (`segment_group`, `segment_round`), so reports pair a
 method's round r with its reference's round r of the same group id, and every line lists the ids
 it was timed in (`groups`).
@@ -53,23 +55,38 @@ def new_group_id(key: str) -> str:
     return f"{key}#{secrets.token_hex(3)}"
 
 
-def density_key(density: float) -> str:
+def density_key(density: float, point: str = "") -> str:
     # As case ids do: `:g` would put 0.5 and 0.5000001 in one group.
-    return f"d={density_text(density)}"
+    return f"d={density_text(density)}" + (f"[{point}]" if point else "")
+
+
+def by_point(cases: Iterable[Case]) -> list[list[Case]]:
+    """`cases` split by sweep point, points and cases in the order they come (one list without a sweep)."""
+    points: OrderedDict[str, list[Case]] = OrderedDict()
+    for case in cases:
+        points.setdefault(case.point, []).append(case)
+    return list(points.values())
 
 
 def plan_groups(cases: list[Case], reference: str, *, interleave: bool) -> list[Group]:
-    """The groups to time, in run order (the cases' order: densities descending). Within a group the
-    reference comes first, then dense, then the others in suite order: the order of each round."""
+    """The groups to time, in run order (the cases' order: point by point, densities descending).
+    Within a group the reference comes first, then dense, then the others in suite order: the order
+    of each round. A group never spans two sweep points."""
     if not interleave:
         return [Group(c.case_id, (c,)) for c in cases]
+    return [group for members in by_point(cases) for group in _density_groups(members, reference)]
+
+
+def _density_groups(cases: list[Case], reference: str) -> list[Group]:
+    """The interleaved groups of one point's cases: one per density, dense in each."""
+    point = cases[0].point if cases else ""
     dense = [c for c in cases if c.kind == "dense"]
     by_density: OrderedDict[str, list[Case]] = OrderedDict()
     for case in cases:
         if case.kind != "dense":
-            by_density.setdefault(density_key(case.density), []).append(case)
+            by_density.setdefault(density_key(case.density, point), []).append(case)
     if not by_density:
-        return [Group(density_key(1.0), tuple(dense))] if dense else []
+        return [Group(density_key(1.0, point), tuple(dense))] if dense else []
     groups = []
     for key, members in by_density.items():
         ordered = [c for c in members if c.method == reference] + dense + [c for c in members if c.method != reference]

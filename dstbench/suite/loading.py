@@ -3,6 +3,13 @@ the file, the key and what is allowed. Also the command line's `--set KEY=VALUE`
 
 Hostile files are refused with a one-line `SuiteError`: invalid UTF-8, YAML aliases that expand too
 far (an alias bomb, see `dstbench.util.safe_yaml`), nesting too deep, a plugin that raises at import.
+
+Plugins (`plugins:`) are imported from `sys.path` first, then from the suite file's folder
+(`dstbench.methods.import_plugins`). A run folder's `suite.yaml` is read as the record of what ran
+(`recorded`): its plugins are looked for on `sys.path` only, never beside it (a run folder copied
+from elsewhere must not run code it carries), and a method whose plugin is not installed here is
+taken as the run recorded it, so `check`, `report`, `compare`, `publish` and `export` read any run
+folder; only `run` needs the methods.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from dstbench.suite.schema import SuiteConfig
 from dstbench.util.text import clip, short_repr
-from dstbench.util.files import RUN_FILE, SUITE_FILE
+from dstbench.util.files import RESULTS_FILE, RUN_FILE, SUITE_FILE
 from dstbench.util.safe_yaml import decode_utf8, load_bounded
 
 
@@ -69,13 +76,33 @@ def _format(error: dict[str, Any]) -> tuple[str, str]:
     return clip(key, 200), message
 
 
-def parse_suite(data: Any, path: str = "<suite>", *, check_files: bool = True) -> SuiteConfig:
+def suite_folders(path: str | Path) -> list[str]:
+    """Where a suite file's `plugins:` are looked for after `sys.path`: the folder of the file
+    (absolute, so a case process started elsewhere finds the same one); none for a path that names
+    no file (a suite built in Python)."""
+    path = Path(path)
+    return [str(path.absolute().parent)] if path.is_file() else []
+
+
+def parse_suite(
+    data: Any, path: str = "<suite>", *, check_files: bool = True, recorded_kinds: dict[str, str] | None = None
+) -> SuiteConfig:
     """Validate a suite. `check_files=False` skips what reads the filesystem (dataset folders,
-    `model.checkpoint`): a run folder's record of its suite stays readable where the data is not."""
+    `model.checkpoint`): a run folder's record of its suite stays readable where the data is not.
+
+    `recorded_kinds` ({method label: kind}, see `recorded_kinds`) marks `data` as a run folder's
+    record: a plugin that cannot be imported here is skipped and a method it would have registered
+    is taken with the kind the run recorded (`SuiteConfig.method_kind`). Otherwise `plugins:` are
+    looked for in the folder of `path` too (`suite_folders`)."""
     if not isinstance(data, dict):
         raise SuiteError(path, [("", "a suite must be a YAML mapping")])
+    context: dict[str, Any] = {"check_files": check_files}
+    if recorded_kinds is None:
+        context["plugin_dirs"] = suite_folders(path)
+    else:
+        context["recorded_kinds"] = dict(recorded_kinds)
     try:
-        return SuiteConfig.model_validate(data, context={"check_files": check_files})
+        return SuiteConfig.model_validate(data, context=context)
     except ValidationError as exc:
         problems = list(dict.fromkeys(_format(e) for e in exc.errors()))
         raise SuiteError(path, problems) from None
@@ -159,21 +186,58 @@ def is_stored_suite(path: str | Path) -> bool:
     return path.name == SUITE_FILE and (path.parent / RUN_FILE).exists()
 
 
-def load_suite(path: str | Path, overrides: dict[str, Any] | None = None, *, check_files: bool | None = None) -> SuiteConfig:
+def recorded_kinds(run_dir: str | Path) -> dict[str, str]:
+    """Each method label's kind as a run folder recorded it: run.json's `cases` (every run since
+    they were recorded), else its result lines. Unreadable parts count as no record."""
+    run_dir = Path(run_dir)
+    kinds: dict[str, str] = {}
+    try:
+        meta = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        cases = meta.get("cases") if isinstance(meta, dict) else None
+    except (OSError, UnicodeError, ValueError):
+        cases = None
+    records = cases if isinstance(cases, list) else []
+    if not records:
+        try:
+            with open(run_dir / RESULTS_FILE, encoding="utf-8", errors="replace") as lines:
+                records = [_json_object(line) for line in lines]
+        except OSError:
+            records = []
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get("method"), str) and isinstance(record.get("kind"), str):
+            kinds.setdefault(record["method"], record["kind"])
+    return kinds
+
+
+def _json_object(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:  # a torn last line
+        return None
+
+
+def load_suite(
+    path: str | Path, overrides: dict[str, Any] | None = None, *, check_files: bool | None = None,
+    recorded: bool | None = None,
+) -> SuiteConfig:
     """Read and validate a suite file; `overrides` set keys before validation, each a dotted key
     (`device`, `timing.segments`: see `apply_overrides`).
 
-    `check_files` defaults to True except for the `suite.yaml` a run folder keeps (a `run.json`
-    beside it): checking or reporting a finished run must not need its dataset at hand.
+    `check_files` and `recorded` default to the file's role: for the `suite.yaml` a run folder keeps
+    (a `run.json` beside it) no files are checked (checking or reporting a finished run must not
+    need its dataset at hand) and it is read as the run's record (`parse_suite`: its methods need not
+    be installed here). A suite about to run passes `recorded=False`, whatever file it comes from.
     """
     path = Path(path)
+    stored = is_stored_suite(path)
     if check_files is None:
-        check_files = not is_stored_suite(path)
+        check_files = not stored
+    kinds = recorded_kinds(path.parent) if (stored if recorded is None else recorded) else None
     data = read_yaml(path)
     if overrides and isinstance(data, dict):
         data = apply_overrides(data, overrides, str(path))
     try:
-        return parse_suite(data, str(path), check_files=check_files)
+        return parse_suite(data, str(path), check_files=check_files, recorded_kinds=kinds)
     except SuiteError as exc:
         if not overrides:
             raise

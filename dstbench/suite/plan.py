@@ -2,6 +2,10 @@
 which cases several groups share, and, given the lines a run folder already holds, which groups are
 still to time. Computed once from the suite, the selection and the resume state; reads no file.
 
+A suite with a sweep (`dstbench.suite.sweep`) has its cases at every point: point by point in the
+sweep's order, each point's cases in the usual order, named with the point (`Case.sweep`), timed in
+groups of their own point (`point_suite` gives the suite a case runs with).
+
 The execution layer (`dstbench.execution.orchestrator`) loads the suite and the run folder, asks
 the launcher what it can do, and hands both here (`make_plan`).
 """
@@ -13,11 +17,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-import dstbench.methods as catalog
 from dstbench.suite.cases import Case
-from dstbench.suite.groups import Group, group_done, plan_groups, shared_cases
+from dstbench.suite.groups import Group, by_point, group_done, plan_groups, shared_cases
 from dstbench.suite.loading import SuiteError
 from dstbench.suite.schema import SuiteConfig
+from dstbench.suite.sweep import sweep_values
 
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
@@ -31,23 +35,40 @@ RESUME_MAY_CHANGE_LAUNCHER = ("partition", "account", "qos", "constraint", "arra
 
 
 def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: list[float] | None = None) -> list[Case]:
-    """Cases in run order: density by density, methods in suite order within each.
+    """Cases in run order: point by point of the sweep (one point without one), and within each
+    density by density, methods in suite order within each.
 
     `only` keeps the listed method labels; `densities` keeps the listed densities (dense is kept
-    whenever it is selected, since it has no density of its own).
+    whenever it is selected, since it has no density of its own). Every point has the same cases:
+    a sweep cannot change the methods or densities (`dstbench.suite.sweep.FIXED_KEYS`).
     """
     cases: list[Case] = []
     for spec in suite.methods:
         if only and spec.key not in only:
             continue
-        info = catalog.method_info(spec.name)
+        kind = suite.method_kind(spec)
         wanted = suite.method_densities(spec)  # dense: 1.0; else the method's own or the suite's
         for density in wanted:
-            if densities and info.kind != "dense" and density not in densities:
+            if densities and kind != "dense" and density not in densities:
                 continue
-            cases.append(Case(spec.key, spec.name, info.kind, density, dict(spec.params)))
+            cases.append(Case(spec.key, spec.name, kind, density, dict(spec.params)))
     # Dense first, then by descending density, so a long run has its baselines early.
-    return sorted(cases, key=lambda c: (c.kind != "dense", -c.density))
+    cases = sorted(cases, key=lambda c: (c.kind != "dense", -c.density))
+    points = sweep_values(dict(suite.sweep), suite.sweep_mode)
+    if not points:
+        return cases
+    return [dataclasses.replace(case, sweep=dict(values)) for values in points for case in cases]
+
+
+def point_suite(suite: SuiteConfig, case: Case) -> SuiteConfig:
+    """The suite `case` runs with: its sweep point's (as validated, `SuiteConfig.points`), or
+    `suite` itself for a case of a suite without a sweep."""
+    if case.sweep is None:
+        return suite
+    for values, point in suite.points:
+        if values == case.sweep:
+            return point
+    raise KeyError(f"{case.case_id}: no such point in the sweep of suite {suite.name!r}")
 
 
 def check_selection(suite: SuiteConfig, suite_path: Path, only: list[str] | None, densities: list[float] | None) -> None:
@@ -93,10 +114,14 @@ class RunPlan:
 
 
 def timing_groups(suite: SuiteConfig, cases: list[Case], *, can_interleave: bool) -> list[Group]:
-    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode when the suite asks
-    for it and the launcher can hold live cases side by side."""
-    interleave = suite.timing.interleave and suite.mode == "speed" and can_interleave
-    return plan_groups(cases, suite.reference, interleave=interleave)
+    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode when the suite (at a
+    sweep point: the point's suite) asks for it and the launcher can hold live cases side by side."""
+    groups = []
+    for members in by_point(cases):
+        point = point_suite(suite, members[0])
+        interleave = point.timing.interleave and point.mode == "speed" and can_interleave
+        groups += plan_groups(members, suite.reference, interleave=interleave)
+    return groups
 
 
 def make_plan(

@@ -4,8 +4,8 @@
 Everything is checked before any case runs: unknown keys, unknown methods or method parameters
 (types and ranges, in each method's `Params`), models that timm cannot build as a ViT, densities
 outside (0, 1], non-positive counts, labels whose cases would share a file name, expectations that
-name nothing the suite runs. The module is longer than the 450-line guideline because it is one
-schema tree with its cross-checks beside the fields they check.
+name nothing the suite runs. The sections themselves (`model`, `data`, `timing`, ...) are in
+`dstbench.suite.schema_sections`; here is the suite and its cross-checks between sections.
 """
 
 from __future__ import annotations
@@ -13,199 +13,27 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import Field, PositiveInt
+from pydantic import PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 import dstbench.methods as catalog
 from dstbench.execution.launchers.config import LauncherConfig
 from dstbench.execution.launchers.subprocess.config import SubprocessConfig
-from dstbench.suite.cases import case_id
+from dstbench.suite.cases import case_id, point_tag
+from dstbench.suite.sweep import MODES as SWEEP_MODES, point_data, sweep_problems, sweep_values, tag_problems
+from dstbench.suite.schema_sections import (
+    NAME_LIMIT, AccuracyConfig, CompileConfig, DataConfig, Expectation, MethodSpec, ModelConfig, OptimizerConfig,
+    ProfileConfig, Strict, TimingConfig, _check_files,
+)
 from dstbench.util.files import slug
 
-DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
-METRICS = (
-    "speedup",  # median of per-round reference time / method time, same density (derive.speedup_stats)
-    "memory_reduction",  # 1 - peak / peak_ref (allocator peak, else state + activation bytes)
-    "state_ratio",  # training-state bytes / reference's
-    "activation_ratio",  # activation bytes / reference's
-    "density_achieved",  # |achieved - target| <= tolerance
-    "topology_share",  # topology-update time / segment time
-    "top1",  # accuracy, absolute
-    "top1_drop",  # top1 of `vs` (default dense) minus the method's
-)
-
-
-def _check_files(info: ValidationInfo) -> bool:
-    """Whether validation may read the filesystem (see `parse_suite`)."""
-    return bool((info.context or {}).get("check_files", True))
-
-
-class Strict(BaseModel):
-    # No inf or nan anywhere a suite takes a number (seconds, rates, bounds): refused, never a crash.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class ModelConfig(BaseModel):
-    """`name` is a timm ViT; every other key goes to `timm.create_model`."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
-    name: str = "vit_tiny_patch16_224"
-    checkpoint: str | None = None
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-    @field_validator("checkpoint")
-    @classmethod
-    def _checkpoint_exists(cls, checkpoint: str | None, info: ValidationInfo) -> str | None:
-        if checkpoint is not None and _check_files(info) and not Path(checkpoint).expanduser().is_file():
-            raise ValueError(f"{checkpoint}: no such file")
-        return checkpoint
-
-    @model_validator(mode="after")
-    def _buildable(self) -> "ModelConfig":
-        from dstbench.models.vit import create_vit
-
-        try:
-            create_vit(self.name, device="meta", **self.kwargs)
-        except Exception as exc:  # timm raises TypeError/ValueError/RuntimeError for bad kwargs
-            raise ValueError(f"cannot build model: {exc}") from None
-        return self
-
-
-class AugmentConfig(Strict):
-    random_crop: bool = True
-    flip: bool = True
-    randaugment: str | None = None  # a timm RandAugment spec such as "rand-m9-mstd0.5"
-    mixup: float = Field(0.0, ge=0)
-    cutmix: float = Field(0.0, ge=0)
-    label_smoothing: float = Field(0.0, ge=0, lt=1)
-
-
-class DataConfig(Strict):
-    """A dataset (see `dstbench.data`). `root` is read relative to the working directory."""
-
-    name: Literal[DATASETS] = "synthetic"  # type: ignore[valid-type]
-    download: bool = False  # cifar10/cifar100 only: fetch into `root` when it is not there
-    root: str | None = Field(None, validate_default=True)
-    num_workers: int = Field(2, ge=0)
-    augment: AugmentConfig = AugmentConfig()
-
-    @field_validator("root")
-    @classmethod
-    def _root_holds_dataset(cls, root: str | None, info: ValidationInfo) -> str | None:
-        # Runs for the default too (validate_default), so a missing `root` is reported here.
-        if "name" not in info.data:
-            return root  # the name itself was invalid and is reported on its own
-        from dstbench.data.catalog import check_root
-
-        problem = check_root(info.data["name"], root, bool(info.data.get("download")), _check_files(info))
-        if problem:
-            raise ValueError(problem)
-        return root
-
-
-class OptimizerConfig(Strict):
-    name: Literal["sgd", "adamw"] = "adamw"
-    lr: PositiveFloat = 1e-3
-    weight_decay: float = Field(0.05, ge=0)
-    momentum: float = Field(0.9, ge=0, lt=1)
-    nesterov: bool = False
-    betas: tuple[float, float] = (0.9, 0.999)
-
-
-class TimingConfig(Strict):
-    warmup_steps: PositiveInt = 5  # the first warmup step also counts FLOPs and activation bytes
-    segment_steps: PositiveInt = 20
-    segments: PositiveInt = 5
-    # Training length the methods' schedules assume (t_end is a fraction of it). Default: every
-    # step the case runs, warmup included.
-    total_steps: PositiveInt | None = None
-    # The cases compared with each other (every method at one density, plus dense) time their
-    # segments in rounds, one segment each in turn, each case in its own live process, and
-    # speedups come from per-round paired ratios (dstbench.execution.rounds). False: one case after
-    # another. How segments are ordered, not what a case measures: left out of `setup_hash`.
-    interleave: bool = True
-    # Process replicates: the rounds are spread over this many sets of fresh processes (a group's
-    # cases restarted together), so a process's own speed offset enters the interval
-    # (dstbench.results.intervals); at most one set per round. Each set trains up to its first round
-    # untimed, so round r covers the same training steps in every set.
-    processes: PositiveInt = 2
-    # Untimed segments each case runs, in round order, once its set's cases are all started: the
-    # first round after a warm-up and a wait for the others ran slow (README, "How a case is measured").
-    settle_segments: int = Field(1, ge=0)
-    # The order of a group's cases in each round: rotated by one per round, or shuffled (seeded by
-    # the suite's seed), so carry-over from the previous case is not confounded with a method.
-    round_order: Literal["rotate", "shuffle", "fixed"] = "rotate"
-
-    @property
-    def schedule_steps(self) -> int:
-        """The `total_steps` a speed case's method is built with."""
-        return self.total_steps or self.warmup_steps + (self.settle_segments + self.segments) * self.segment_steps
-
-
-# Labels and the suite's name become file and folder names (run folders, checkpoints, traces):
-# well inside a file system's 255-byte limit once a stamp or a case id is added.
-NAME_LIMIT = 100
-
-
-class MethodSpec(Strict):
-    name: str = Field(min_length=1, max_length=NAME_LIMIT)
-    label: str | None = Field(None, min_length=1, max_length=NAME_LIMIT)  # to run one method twice with different params
-    params: dict[str, Any] = {}
-    # Run this method at these of the suite's densities only (default: all of them); e.g. a 2:4
-    # execution, which exists at 0.5 only. Checked in `SuiteConfig._method_densities_in_suite`.
-    densities: list[float] | None = Field(None, min_length=1)
-
-    @property
-    def key(self) -> str:
-        return self.label or self.name
-
-
-class Expectation(Strict):
-    """One gate of `expect:` (see `dstbench.results.expectations`). What it names is checked against the
-    suite in `SuiteConfig._expectations_fit_suite`, before any case runs."""
-
-    metric: Literal[METRICS]  # type: ignore[valid-type]
-    method: str = "*"  # a label or a glob over labels
-    vs: str | None = None  # default: the suite's reference (dense for top1_drop)
-    density: float | None = None  # default: every density
-    min: float | None = None
-    max: float | None = None
-    tolerance: float | None = Field(None, ge=0)  # density_achieved only
-    # speedup only: which figure `min` and `max` bound: the estimate, or an end of its 95% CI
-    # (`ci_low` with `min`: the whole interval clears the bound; README, "Expectations").
-    bound: Literal["value", "ci_low", "ci_high"] = "value"
-
-    @property
-    def is_glob(self) -> bool:
-        return any(ch in self.method for ch in "*?[")
-
-
-class AccuracyConfig(Strict):
-    epochs: PositiveInt = 10
-    warmup_epochs: float = Field(1.0, ge=0)
-    min_lr: float = Field(1e-5, ge=0)
-    eval_every: PositiveInt = 1
-    eval_batch_size: PositiveInt = 256
-    checkpoint_every: int = Field(0, ge=0)  # epochs; 0: no checkpoints
-    # Keep a case's last checkpoint (its trained state) after it finishes; by default it is deleted
-    # once the case has its result, since a ViT-Small checkpoint with AdamW state is ~260 MB.
-    keep_checkpoint: bool = False
-
-
-class ProfileConfig(Strict):
-    enabled: bool = True
-    steps: PositiveInt = 3  # profiled steps; the topology update falls on the last one
-    memory_snapshot: bool = True  # CUDA only: allocator history for PyTorch's memory viewer
-    # How far past the timed segments the profile may train to reach the next scheduled update;
-    # beyond it (or past the schedule's end) the update is forced on the last profiled step.
-    max_advance_steps: int = Field(500, ge=0)
-    top_ops: PositiveInt = 15  # operators kept in the result line, by self time
+def _recorded_kinds(context: Any) -> dict[str, str] | None:
+    """A run folder's record of its suite (`parse_suite(..., recorded_kinds=...)`): each method
+    label's kind as the run recorded it; None for a suite about to run."""
+    kinds = (context or {}).get("recorded_kinds") if isinstance(context, dict) else None
+    return dict(kinds) if kinds is not None else None
 
 
 PARALLEL_CPU_INTERLEAVED = (
@@ -216,41 +44,85 @@ PARALLEL_CPU_INTERLEAVED = (
 
 
 class SuiteConfig(Strict):
-    name: str = Field(min_length=1, max_length=NAME_LIMIT)
-    description: str = ""
-    device: Literal["auto", "cuda", "cpu", "mps"] = "auto"
-    seed: int = Field(0, ge=0, le=2**63 - 1)  # what torch.manual_seed and numpy accept
-    plugins: list[str] = []  # modules imported first, so their methods register
+    """A suite file: methods x densities on one model and dataset, how they are timed or trained, and the gates."""
+
+    name: str = Field(min_length=1, max_length=NAME_LIMIT, description="the suite's name; run folders are named after it")
+    description: str = Field("", description="one line for people")
+    device: Literal["auto", "cuda", "cpu", "mps"] = Field("auto", description="where the cases run; auto: cuda, else mps, else cpu")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description=(  # what torch.manual_seed and numpy accept
+        "the same initial weights, masks and data for every case"))
+    plugins: list[str] = Field([], description=(
+        "modules imported first, so their methods register (found on the path or beside the suite file)"))
     # Factories, not instances: building the default model (torch, timm) waits for a suite that
     # needs it, so importing this module stays light (reports read expectations through it).
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    batch_size: PositiveInt = 64
-    optimizer: OptimizerConfig = OptimizerConfig()
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    # norm1+qkv and norm2+fc1 of every ViT block as one op that keeps only the norm's input for
-    # backward (dstbench.models.fused_norms); a harness option, applied to every method alike.
-    fuse_norms: bool = False
-    mode: Literal["speed", "accuracy", "both"] = "speed"
-    # Intra-op threads of every case process (torch.set_num_threads); default: the cores in the
-    # process's affinity mask (`taskset` narrows it). Recorded in each result's `env`.
-    threads: PositiveInt | None = None
-    timing: TimingConfig = TimingConfig()
-    accuracy: AccuracyConfig = AccuracyConfig()
-    methods: list[MethodSpec] = Field(min_length=1)  # a bare name is allowed
-    densities: list[float] = Field(min_length=1)
-    reference: str = "dense"  # default: dense when the suite runs it, else the first method
-    launcher: LauncherConfig = SubprocessConfig()  # one model per launcher, by `name`
-    profile: ProfileConfig = ProfileConfig(enabled=False)  # `true` is allowed
-    expect: list[Expectation] = []
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the ViT (`model`, below)")
+    data: DataConfig = Field(default_factory=DataConfig, description="the dataset (`data`, below)")
+    batch_size: PositiveInt = Field(64, description="images per training step (per rank under torchrun)")
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="the optimizer (`optimizer`, below)")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="training precision: fp32, or autocast to bf16 or fp16 (fp16 with a loss scaler)")
+    fuse_norms: bool = Field(False, description=(
+        "norm1+qkv and norm2+fc1 of every ViT block as one op that keeps only the norm's input for backward "
+        "(dstbench.models.fused_norms); applied to every method alike"))
+    mode: Literal["speed", "accuracy", "both"] = Field("speed", description=(
+        "speed: timed segments; accuracy: train and evaluate on a real dataset; both: the segments, then the training, in one line"))
+    threads: PositiveInt | None = Field(None, description=(
+        "intra-op threads of every case process (torch.set_num_threads); default: the cores in the process's affinity "
+        "mask (`taskset` narrows it). In the suite hash only when set"))
+    timing: TimingConfig = Field(TimingConfig(), description="how speed is sampled (`timing`, below)")
+    accuracy: AccuracyConfig = Field(AccuracyConfig(), description="training for accuracy (`accuracy`, below)")
+    methods: list[MethodSpec] = Field(min_length=1, description="the methods: bare names or mappings (`methods[]`, below)")
+    densities: list[float] = Field(min_length=1, description=(
+        "target densities in (0, 1]; a case is one (method, density), and dense runs once, at 1.0"))
+    reference: str = Field("dense", description=(
+        "the method label speedups and memory reductions are relative to, at the same density; default: dense when "
+        "the suite runs it, else the first method"))
+    launcher: LauncherConfig = Field(SubprocessConfig(), description=(
+        "how cases are started: subprocess, inprocess, torchrun or submitit, each with its own keys (below)"))
+    profile: ProfileConfig = Field(ProfileConfig(enabled=False), description="profile every case: true, or settings (`profile`, below)")
+    expect: list[Expectation] = Field([], description="gates checked at the end of the run and by `dstbench check` (`expect[]`, below)")
+    compile: CompileConfig = Field(CompileConfig(enabled=False), description=(
+        "train every method under torch.compile: false (default), true, or settings (`compile`, below)"))
+    sweep: dict[str, list[Any]] = Field({}, description=(
+        "run the suite at several points, all in one run folder: dotted suite keys (model.embed_dim, batch_size, "
+        "precision, compile, ...) mapped to lists of values; each point is validated as a suite of its own"))
+    sweep_mode: Literal[SWEEP_MODES] = Field("product", description=(  # type: ignore[valid-type]
+        "product: every combination of the sweep's lists; zip: their i-th values together (lists of equal length)"))
+
+    # The sweep's points, each validated as a suite of its own (`points`); empty without a sweep.
+    _points: list[tuple[dict[str, Any], "SuiteConfig"]] = PrivateAttr(default_factory=list)
+
+    # A run's record read where its plugins are not installed: the kinds its cases ran as, by label
+    # (see `method_kind`). None for a suite about to run, whose methods must all be registered.
+    _recorded_kinds: dict[str, str] | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any) -> None:
+        # Runs before the `after` validators below, which ask `method_kind`.
+        self._recorded_kinds = _recorded_kinds(context)
+
+    def method_kind(self, spec: MethodSpec) -> str:
+        """The kind of `spec`'s method: the registry's, or in a run's record whose plugin is not
+        installed here, the kind the run recorded for its label ("masked", a sparse method, when
+        the run recorded none)."""
+        try:
+            return catalog.method_info(spec.name).kind
+        except KeyError:
+            if self._recorded_kinds is None:
+                raise
+            return self._recorded_kinds.get(spec.key, "masked")
 
     @model_validator(mode="before")
     @classmethod
-    def _import_plugins_and_default_reference(cls, data: Any) -> Any:
+    def _import_plugins_and_default_reference(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict):
             plugins = data.get("plugins") or []
             if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
-                catalog.import_plugins(plugins)  # anything else: the field's own type error
+                # Beside the suite file too (`plugin_dirs`, see `dstbench.methods.import_plugins`).
+                # A run's record is trusted for what it ran: a plugin missing here is no error.
+                try:
+                    catalog.import_plugins(plugins, (info.context or {}).get("plugin_dirs") or ())
+                except catalog.PluginImportError:
+                    if _recorded_kinds(info.context) is None:
+                        raise
             methods = data.get("methods")
             if "reference" not in data and isinstance(methods, list) and methods:
                 keys = [m if isinstance(m, str) else (m.get("label") or m.get("name")) for m in methods if isinstance(m, (str, dict))]
@@ -270,11 +142,37 @@ class SuiteConfig(Strict):
     def _profile_flag(cls, profile: Any) -> Any:
         return {"enabled": profile} if isinstance(profile, bool) else profile
 
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_flag(cls, compile: Any) -> Any:
+        return {"enabled": compile} if isinstance(compile, bool) else compile
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _sweep_shape(cls, sweep: Any) -> Any:
+        # `sweep_mode` comes after: zipped lengths are checked with the points.
+        if isinstance(sweep, dict):
+            problems = sweep_problems(sweep, "product")
+            if problems:
+                raise ValueError("; ".join(problems))
+        return sweep
+
+    @model_validator(mode="after")
+    def _compile_warms_up(self) -> "SuiteConfig":
+        if self.compile.enabled and self.mode in ("speed", "both") and self.timing.warmup_steps < 2:
+            raise ValueError(
+                "timing.warmup_steps: compile needs at least 2 (the first counts FLOPs eagerly, the second absorbs the "
+                "compilation, which must not fall in a timed segment)")
+        return self
+
     @field_validator("methods")
     @classmethod
-    def _known_methods(cls, specs: list[MethodSpec]) -> list[MethodSpec]:
+    def _known_methods(cls, specs: list[MethodSpec], validation: ValidationInfo) -> list[MethodSpec]:
         known = catalog.list_methods()
+        recorded = _recorded_kinds(validation.context) is not None
         for spec in specs:
+            if recorded:
+                continue  # a run's record: its methods ran with these params, installed here or not
             if spec.name not in known:
                 raise ValueError(f"unknown method {spec.name!r} (registered: {', '.join(known)})")
             info = catalog.method_info(spec.name)
@@ -331,7 +229,7 @@ class SuiteConfig(Strict):
 
     def method_densities(self, spec: MethodSpec) -> list[float]:
         """The densities `spec` runs at: its own `densities` or else the suite's (dense: 1.0 only)."""
-        if catalog.method_info(spec.name).kind == "dense":
+        if self.method_kind(spec) == "dense":
             return [1.0]
         return list(spec.densities) if spec.densities is not None else list(self.densities)
 
@@ -341,7 +239,7 @@ class SuiteConfig(Strict):
             if spec.densities is None:
                 continue
             where = f"methods.{index}.densities"
-            if catalog.method_info(spec.name).kind == "dense":
+            if self.method_kind(spec) == "dense":
                 raise ValueError(f"{where}: {spec.name} is dense and runs at 1.0 only; remove the key")
             if len(set(spec.densities)) != len(spec.densities):
                 raise ValueError(f"{where}: densities listed twice")
@@ -354,7 +252,8 @@ class SuiteConfig(Strict):
     @model_validator(mode="after")
     def _executions_fit_suite(self) -> "SuiteConfig":
         """A masked method's `execution` must be able to run here (semi_structured: CUDA, density
-        0.5, fp16/bf16; csr: not under torchrun), so a run never starts cases that cannot run."""
+        0.5, fp16/bf16, prunable weights with both dimensions multiples of 16; csr: not under
+        torchrun), so a run never starts cases that cannot run."""
         from dstbench.dst.masked.backends import execution_problem
 
         for index, spec in enumerate(self.methods):
@@ -363,6 +262,7 @@ class SuiteConfig(Strict):
             problem = execution_problem(
                 spec.params, device=self.device, densities=self.method_densities(spec),
                 precision=self.precision, launcher=self.launcher.case_launcher,
+                model_name=self.model.name, model_kwargs=self.model.kwargs,
             )
             if problem:
                 raise ValueError(f"methods.{index}.params.execution: {problem}")
@@ -388,7 +288,7 @@ class SuiteConfig(Strict):
         slug alike (`r/1`, `r-1`; `R`, `r` on a case-insensitive disk) would overwrite each other."""
         seen: dict[str, str] = {}
         for spec in self.methods:
-            dense = catalog.method_info(spec.name).kind == "dense"
+            dense = self.method_kind(spec) == "dense"
             for density in [1.0] if dense else self.densities:
                 case = case_id(spec.key, density)
                 name = slug(case, "case").casefold()
@@ -412,7 +312,7 @@ class SuiteConfig(Strict):
         """What each expectation names must exist in the suite, so a typo fails before the run
         instead of as a failed gate after it. Messages start with the key to change."""
         keys = [m.key for m in self.methods]
-        has_dense = any(catalog.method_info(m.name).kind == "dense" for m in self.methods)
+        has_dense = any(self.method_kind(m) == "dense" for m in self.methods)
         allowed_densities = sorted(set(self.densities) | ({1.0} if has_dense else set()))
         for index, exp in enumerate(self.expect):
             where = f"expect.{index}"
@@ -446,6 +346,46 @@ class SuiteConfig(Strict):
                     raise ValueError(f"{where}.density: {exp.method} runs at {listed} only, not {exp.density:g}")
         return self
 
+    @model_validator(mode="after")
+    def _sweep_points_valid(self, info: ValidationInfo) -> "SuiteConfig":
+        """Every point of the sweep, validated as a suite of its own (with this suite's validation
+        context) and kept for `points`; last, so the suite itself is known to be sound first.
+        Points must measure distinct setups: their suite hash is what tells their cases apart."""
+        if not self.sweep:
+            return self
+        if self.sweep_mode == "zip":
+            shape = sweep_problems(dict(self.sweep), "zip")
+            if shape:
+                raise ValueError("sweep: " + "; ".join(shape))
+        values = sweep_values(dict(self.sweep), self.sweep_mode)
+        problems = tag_problems(values)
+        base = self.model_dump(mode="json")
+        points: list[tuple[dict[str, Any], SuiteConfig]] = []
+        hashes: dict[str, str] = {}
+        for point in values:
+            tag = point_tag(point)
+            try:
+                suite = SuiteConfig.model_validate(point_data(base, point), context=info.context)
+            except ValidationError as exc:
+                errors = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'suite'}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+                problems.append(f"point {tag}: {errors}")
+                continue
+            digest = suite.setup_hash()
+            if digest in hashes:
+                problems.append(f"points {hashes[digest]} and {tag} measure the same setup (the keys they differ in are not in the suite hash)")
+            hashes[digest] = tag
+            points.append((point, suite))
+        if problems:
+            raise ValueError("sweep: " + " | ".join(problems))
+        self._points = points
+        return self
+
+    @property
+    def points(self) -> list[tuple[dict[str, Any], "SuiteConfig"]]:
+        """The sweep's points in order: each point's values (dotted key -> value) and its suite, as
+        validated; empty without a sweep."""
+        return list(self._points)
+
     def setup_settings(self) -> dict[str, Any]:
         """What a case's measurement depends on besides its method and density (`setup_hash`'s
         input; run.json keeps it, so a changed suite can be told key by key)."""
@@ -459,6 +399,11 @@ class SuiteConfig(Strict):
             measured["timing"].pop(key, None)
         if self.threads is not None:
             measured["threads"] = self.threads
+        # Only when set, so suites without them keep the hash they had.
+        if self.compile.enabled:
+            measured["compile"] = self.compile.options()
+        if self.sweep:
+            measured["sweep"], measured["sweep_mode"] = dict(self.sweep), self.sweep_mode
         return measured
 
     def setup_hash(self) -> str:

@@ -17,7 +17,7 @@ EXIT_IO_ERROR = 74  # sysexits.h EX_IOERR
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
-# One line each, for `dstbench --help` and the README.
+# One line each, for `dstbench --help` and docs/reference/exit-codes.md.
 EXIT_CODES_HELP = """exit codes:
   0    every selected case ok and every gate passed
   1    a gate failed: a failed case, an expectation, a regression (the message says how many)

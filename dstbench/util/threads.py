@@ -2,8 +2,8 @@
 
 torch's CPU kernels run on an OpenMP team of `torch.get_num_threads()` threads that meet at a
 barrier after every parallel op. When another process takes one of the team's cores, every op
-waits for the thread stuck there, so a step slows by far more than the core's share (README, "How a
-case is measured"). The default is therefore the cores this process may run on (its affinity mask,
+waits for the thread stuck there, so a step slows by far more than the core's share
+(docs/concepts/measurement.md). The default is therefore the cores this process may run on (its affinity mask,
 which `taskset` or a cgroup cpuset narrows), not every core of the machine.
 """
 

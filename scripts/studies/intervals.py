@@ -1,4 +1,4 @@
-"""The interval and gate study (README, "How a case is measured"): do the speedup intervals of
+"""The interval and gate study (docs/concepts/interleaving.md): do the speedup intervals of
 `suites/cpu_smoke.yaml` hold across re-runs, does `dstbench compare` stay quiet between runs of one
 commit (A/A), and does it catch a planted slowdown (power)?
 

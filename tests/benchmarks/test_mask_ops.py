@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dstbench.dst.optimizer import build_optimizer
-from dstbench.dst.masked.masks import MaskSet
+from dstbench.dst.masked.masks import MaskSet, random_mask
 from dstbench.models.vit import prunable_weights
 from tests.benchmarks.conftest import OPTIMIZER, pedantic
 
@@ -64,7 +64,8 @@ def test_mask_gradients(benchmark: Any, vit: torch.nn.Module, strategy: str, den
     weights = prunable_weights(vit)
     engine = MaskSet(weights, build_optimizer(OPTIMIZER, vit))
     generator = torch.Generator().manual_seed(0)
-    engine.init_random({n: int(w.numel() * density) for n, w in weights.items()}, generator)
+    for name, weight in weights.items():
+        engine.set_mask(name, random_mask(weight.shape, int(weight.numel() * density), generator))
     for weight in weights.values():
         weight.grad = torch.randn(weight.shape, generator=generator)
     grads = [w.grad for w in weights.values()]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dstbench.suite.schema import DataConfig
+from dstbench.suite.schema_sections import DataConfig
 from dstbench.data import cifar
 from dstbench.inputs.loaders import build_datasets
 from tests.data.fakes import write_cifar

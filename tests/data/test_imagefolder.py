@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dstbench.suite.schema import DataConfig
+from dstbench.suite.schema_sections import DataConfig
 from dstbench.data import imagefolder
 from dstbench.inputs.loaders import build_datasets
 from tests.data.fakes import write_imagefolder

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torchvision import transforms as T
 
-from dstbench.suite.schema import AugmentConfig
+from dstbench.suite.schema_sections import AugmentConfig
 
 from dstbench.inputs.speed import speed_batches
 from dstbench.data.catalog import CATALOG

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dstbench.suite.schema import DataConfig
+from dstbench.suite.schema_sections import DataConfig
 from dstbench.data import packaged
 from dstbench.inputs.loaders import build_datasets
 

@@ -35,7 +35,8 @@ def test_an_unserialisable_extra_is_a_warning_on_an_ok_line(tmp_path: Path) -> N
     [result] = list(iter_results(next((tmp_path / "runs").iterdir())))
     assert result["status"] == "ok" and result["method_extras"]["(1, 2)"] == "tuple key"
     assert result["method_extras"]["handle"].startswith("<object object")
-    assert len(result["warnings"]) == 4
+    # One warning per unserialisable extra (the machine may add an outlier warning of its own).
+    assert len([w for w in result["warnings"] if w.startswith("method_extras")]) == 4
 
 
 def test_a_result_line_is_json_whatever_it_holds() -> None:
@@ -99,8 +100,8 @@ def test_one_segment_shows_no_iqr_and_no_interval(tmp_path: Path, capsys: pytest
     assert "95% CI n/a" in out and "2.00× n/a" in out and "[2.00, 2.00]" not in out
     speed_table = out.split("\nMemory")[0]
     rows = [row.split() for row in speed_table.splitlines() if row.startswith(("dense ", "rigl "))]
-    # method, density, status, n, median ms, ms/step, then the IQR
-    iqr_column = [cells[6] for cells in rows]
+    # method, density, achieved, status, n, median ms, ms/step, then the IQR
+    iqr_column = [cells[7] for cells in rows]
     assert iqr_column and set(iqr_column) == {"n/a"}
     assert "95% CI n/a" in (tmp_path / "r.md").read_text()
     assert main(["compare", str(run), str(run)]) == 0
@@ -200,7 +201,9 @@ def test_a_20_mb_error_line_is_clipped_on_the_terminal_and_whole_in_the_result(
     assert main(["run", str(suite), "--out", str(tmp_path / "runs")]) == 1
     captured = capsys.readouterr()
     assert len(captured.out) + len(captured.err) < 50_000
-    assert "fault_error@0.5: error ValueError: xxx" in captured.err and "20,000,0" in captured.err
+    # The progress line of the failed case: its error's last line, cut to one short line.
+    [line] = [ln for ln in captured.err.splitlines() if "fault_error@0.5: error ValueError: xxx" in ln]
+    assert len(line) <= 160 and line.endswith("…")
     run_dir = next((tmp_path / "runs").iterdir())
     [failed] = [ln for ln in iter_results(run_dir) if ln["status"] != "ok"]
     assert "x" * 20_000_000 in failed["error"]

@@ -18,9 +18,10 @@ def _create(name: str, density: float = 0.3, fuse_norms: bool = False, seed: int
     )
 
 
-def test_registered_as_compact_without_parameters() -> None:
+def test_registered_as_compact_with_only_the_layout_parameter() -> None:
     info = dstbench.method_info("small_dense")
-    assert info.kind == "compact" and info.cls.param_names() == []
+    assert info.kind == "compact" and info.cls.param_names() == ["layout"]
+    assert info.cls.Params().layout == "barter"
     with pytest.raises(TypeError, match="unknown parameter"):
         dstbench.create_method("small_dense", micro_vit(), density=0.3, total_steps=4, optimizer=ADAMW, delta_t=2)
 

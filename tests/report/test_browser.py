@@ -76,9 +76,25 @@ def test_report_in_chromium(browser: Any, report_html: Path) -> None:
     assert HOSTILE in page.locator("h1").inner_text()
     # The suite's expectations, each with its verdict; a failed one is marked.
     verdicts = page.locator("#expectations tbody tr")
-    assert verdicts.count() == 7 and page.locator("#expectations tr.failed").count() == 2
+    # Failures first, one row each; the cases each passing gate covers share one row.
+    assert verdicts.count() == 3 and page.locator("#expectations tr.failed").count() == 2
+    assert page.locator("#expectations tbody tr").nth(0).get_attribute("class") == "failed"
     assert watched.errors == [] and watched.offsite() == []
     assert watched.requests == [report_html.as_uri()]
+    watched.context.close()
+
+
+def test_wide_tables_scroll_inside_their_box_at_desktop_width(browser: Any, report_html: Path) -> None:
+    watched = Watched(browser, viewport={"width": 1400, "height": 900})
+    page = watched.page
+    page.goto(report_html.as_uri(), wait_until="load")
+    # Nothing runs past the window: a table wider than its box scrolls inside it.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    boxes = page.evaluate(
+        "Array.from(document.querySelectorAll('.scroll')).map(e => [e.getBoundingClientRect().right, "
+        "getComputedStyle(e).overflowX, e.querySelector('table').getBoundingClientRect().width, e.clientWidth])"
+    )
+    assert boxes and all(right <= 1400 and overflow == "auto" for right, overflow, _, _ in boxes)
     watched.context.close()
 
 

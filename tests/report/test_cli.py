@@ -27,7 +27,7 @@ def test_writes_html_and_markdown(report_html: Path, synthetic_run: Path, tmp_pa
     assert report_html.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     markdown = tmp_path / "out" / "report.md"
     assert main(["report", str(synthetic_run), "--markdown", str(markdown)]) == 0
-    assert "| barter   | 0.1       | ok" in markdown.read_text(encoding="utf-8")
+    assert "| barter   | 0.1       | 0.100      | ok" in markdown.read_text(encoding="utf-8")
 
 
 def test_reference_option(synthetic_run: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,3 +98,18 @@ def test_an_execution_column_appears_when_a_masked_method_ran_sparse(tmp_path: P
         assert cells[("rigl_csr", "0.1")] == "csr" and cells[("rigl", "0.1")] == "masked"
         assert cells[("barter", "0.1")] == "compact" and cells[("dense", "1")] == "dense"
     assert _cells(memory_table(derived), "rigl_csr", "0.1")["state MiB"] == "12.0"
+
+
+def test_the_density_a_case_ran_at_is_shown_and_flagged_when_off_target(tmp_path: Path) -> None:
+    lines = synthetic_lines()
+    for line in lines:
+        if line.case_id == "rigl@0.1":
+            line.density_achieved = 0.83  # a gradual pruner still pruning at the timed segments
+    derived = derive(load_frame([write_run(tmp_path, "off-target", lines)]), "rigl")
+    assert list(derived.set_index("case_id")["density_off_target"].loc[["rigl@0.1", "barter@0.1"]]) == [True, False]
+    for table in (speed_table(derived), memory_table(derived)):
+        rigl, barter = _cells(table, "rigl", "0.1"), _cells(table, "barter", "0.1")
+        assert rigl["achieved"] == "0.830 off target" and barter["achieved"] == "0.100"
+    speed = speed_table(derived)
+    assert "density off target" in _cells(speed, "rigl", "0.1")["flags"]
+    assert "density off target" not in _cells(speed, "barter", "0.1")["flags"]

@@ -1,14 +1,17 @@
-"""Helpers shared by the tests of the masked methods: a hand-built one-layer model, and checks."""
+"""Helpers shared by the tests of the masked methods: a hand-built one-layer model, checks, and a
+CPU stand-in for the 2:4 compression."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 
 import dstbench
 from dstbench.dst.optimizer import state_tensors as optimizer_state_tensors
+from dstbench.dst.masked import semi_structured
 from tests.conftest import micro_batches, micro_vit
 
 MASKED_METHODS = ["set", "rigl", "mest", "chase"]
@@ -65,3 +68,17 @@ def assert_zero_where_masked(method: dstbench.Method, masks: dict[str, torch.Ten
         for value in state_tensors(method, weight):
             assert torch.all(value[~mask] == 0), f"{name}: optimizer state is nonzero at a masked position"
 
+
+
+def dense_2to4_stand_in(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """CPU only: semi_structured's compression becomes (W, W^T) uncompressed, so the layer's
+    products are dense ones, and its device check passes. Returns the shapes compressed, in order."""
+    compressed: list[tuple[int, ...]] = []
+
+    def pair(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        compressed.append(tuple(weight.shape))
+        return weight, weight.t()
+
+    monkeypatch.setattr(semi_structured, "compress_pair", pair)
+    monkeypatch.setattr(semi_structured, "check_device", lambda device, density, precision: None)
+    return compressed

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dstbench.dst.optimizer import build_optimizer, state_tensors
-from dstbench.dst.masked.masks import MaskSet
+from dstbench.dst.masked.masks import MaskSet, random_mask
 from dstbench.measure.trackers.memory import unique_bytes
 from dstbench.models.vit import prunable_weights
 from tests.conftest import ADAMW, SGD, micro_vit
@@ -28,9 +28,15 @@ def _engine(optimizer_spec: dict) -> tuple[torch.nn.Module, torch.optim.Optimize
     model = micro_vit()
     optimizer = build_optimizer(optimizer_spec, model)
     engine = MaskSet(prunable_weights(model), optimizer)
-    allotment = {name: w.numel() // 4 for name, w in engine.weights.items()}
-    engine.init_random(allotment, torch.Generator().manual_seed(0))
+    _set_random(engine, {name: w.numel() // 4 for name, w in engine.weights.items()}, seed=0)
     return model, optimizer, engine
+
+
+def _set_random(engine: MaskSet, allotment: dict[str, int], seed: int) -> None:
+    """Random masks as a masked method starts from: `random_mask` per layer, in order, through `set_mask`."""
+    generator = torch.Generator().manual_seed(seed)
+    for name, weight in engine.weights.items():
+        engine.set_mask(name, random_mask(weight.shape, allotment[name], generator))
 
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -38,7 +44,7 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     model(torch.randn(4, 3, 32, 32)).logsumexp(-1).mean().backward()
 
 
-def test_init_random_allots_exact_counts_and_zeroes_the_rest() -> None:
+def test_random_masks_allot_exact_counts_and_zero_the_rest() -> None:
     _, _, engine = _engine(ADAMW)
     for name, mask in engine.bool_masks().items():
         assert int(mask.sum()) == engine.weights[name].numel() // 4 == engine.counts[name]
@@ -142,7 +148,7 @@ def test_state_dict_round_trip() -> None:
     saved = engine.state_dict()
     assert all(m.dtype == torch.bool for m in saved.values())
     _, _, other = _engine(SGD)
-    other.init_random({n: 1 for n in other.weights}, torch.Generator().manual_seed(5))
+    _set_random(other, {n: 1 for n in other.weights}, seed=5)
     other.load_state_dict(saved)
     assert all(torch.equal(other.active(n), saved[n]) for n in saved)
     assert other.counts == engine.counts

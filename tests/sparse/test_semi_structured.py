@@ -19,6 +19,7 @@ from dstbench.dst.masked.semi_structured import (
     project_transposable_2to4,
 )
 from tests.conftest import ADAMW, micro_batches
+from tests.sparse.helpers import dense_2to4_stand_in as _dense_stand_in
 from tests.sparse.helpers import micro_method
 
 
@@ -58,12 +59,6 @@ def test_projection_breaks_ties_by_magnitude_and_keeps_a_2to4_mask() -> None:
 def test_shapes_that_do_not_tile_are_refused() -> None:
     with pytest.raises(ValueError, match="divisible by 4"):
         project_transposable_2to4(torch.ones(6, 8, dtype=torch.bool), torch.ones(6, 8))
-
-
-def _dense_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CPU only: the compression becomes the identity, so the layer's products are dense ones."""
-    monkeypatch.setattr(semi_structured, "compress", lambda weight: weight)
-    monkeypatch.setattr(semi_structured, "check_device", lambda device, density, precision: None)
 
 
 @pytest.mark.parametrize("normed", [False, True])
@@ -129,11 +124,14 @@ def test_problem_names_what_to_change(device: str, densities: list[float], preci
 
 
 def _cuda_2to4() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0) and torch.backends.cusparselt.is_available()
+
+
+NEEDS_2TO4 = "needs a CUDA GPU with 2:4 sparse tensor cores (sm80+) and a torch with cuSPARSELt"
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not _cuda_2to4(), reason="needs a CUDA GPU with 2:4 sparse tensor cores (sm80+)")
+@pytest.mark.skipif(not _cuda_2to4(), reason=NEEDS_2TO4)
 def test_cuda_layer_matches_the_dense_masked_linear() -> None:
     torch.manual_seed(0)
     linear = torch.nn.Linear(128, 256, device="cuda")
@@ -154,7 +152,7 @@ def test_cuda_layer_matches_the_dense_masked_linear() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not _cuda_2to4(), reason="needs a CUDA GPU with 2:4 sparse tensor cores (sm80+)")
+@pytest.mark.skipif(not _cuda_2to4(), reason=NEEDS_2TO4)
 def test_cuda_rigl_trains_on_2to4_kernels() -> None:
     import dstbench
     from tests.conftest import micro_vit

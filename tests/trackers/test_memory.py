@@ -79,8 +79,14 @@ def test_allocator_peak_is_none_off_cuda() -> None:
 
 
 def test_rss_peak_sees_a_transient_allocation() -> None:
+    import mmap
+
     baseline = current_rss_bytes()
     with RssPeak(baseline) as rss:
-        block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-        del block
+        # 64 MiB of fresh pages, each touched: a malloc'd block could reuse memory an earlier test
+        # in this process freed but kept resident, and then add nothing to the RSS.
+        block = mmap.mmap(-1, 64 * 2**20)
+        for offset in range(0, len(block), mmap.PAGESIZE):
+            block[offset] = 1
+        block.close()
     assert rss.growth_bytes is not None and rss.growth_bytes >= 60 * 2**20

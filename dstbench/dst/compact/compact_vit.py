@@ -16,6 +16,7 @@ or export a trained compact model as a plain timm ViT) built on `scatter_units`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -234,17 +235,55 @@ def budgets(model: nn.Module, density: float) -> tuple[int, int]:
     return round_half_up(density * heads), round_half_up(density * hidden)
 
 
-def compact_vit(model: nn.Module, density: float, fuse_norms: bool = False) -> nn.Module:
+LAYOUTS = ("barter", "uniform")
+
+
+def barter_layout(model: nn.Module, density: float) -> tuple[list[int], list[int]]:
+    """BARTER's initial shapes: the budgets `budgets(model, density)` `spread` over the blocks, so
+    whole heads go to the earliest blocks and later ones may hold none."""
+    total_heads, total_hidden = budgets(model, density)
+    heads = spread(total_heads, [b.attn.num_heads for b in model.blocks])
+    hidden = spread(total_hidden, [b.mlp.fc1.out_features for b in model.blocks])
+    return heads, hidden
+
+
+def uniform_layout(model: nn.Module, density: float) -> tuple[list[int], list[int]]:
+    """Every block narrowed alike (the RigL paper's Small-Dense): the same `h` heads and `c` FFN
+    channels in each, `h = round(density * heads per block)` and at least 1, then `c` the whole
+    number of channels per block (at least 1) that brings the prunable weights (qkv, proj, fc1,
+    fc2) closest to `round(density * their full count)`. Ties go to the smaller `c`.
+
+    Heads come first because they are the coarser unit: at density 0.1 a ViT-Small block of 6 heads
+    keeps 1 (0.17 of its attention), and the channels make up the parameter budget (0.066 of its
+    FFN), so the model holds the sparse methods' parameter count."""
+    blocks = list(model.blocks)
+    widths = {(b.attn.num_heads, b.attn.head_dim, b.mlp.fc1.out_features, b.attn.qkv.in_features) for b in blocks}
+    if len(widths) != 1:
+        raise ValueError("a uniform layout needs blocks of one width (same heads, head size, FFN channels, embedding)")
+    max_heads, head_dim, max_hidden, dim = widths.pop()
+    head_weights, channel_weights = 4 * dim * head_dim, 2 * dim  # per head: q, k, v rows and proj columns
+    budget = round_half_up(density * len(blocks) * (max_heads * head_weights + max_hidden * channel_weights))
+    h = min(max_heads, max(1, round_half_up(density * max_heads)))
+    room = budget - len(blocks) * h * head_weights  # what the channels may hold
+    # Nearest whole number, halves down: on a tie the layout stays under the budget.
+    c = math.ceil(room / (len(blocks) * channel_weights) - 0.5)
+    c = min(max_hidden, max(1, c))
+    return [h] * len(blocks), [c] * len(blocks)
+
+
+def compact_vit(model: nn.Module, density: float, fuse_norms: bool = False, layout: str = "barter") -> nn.Module:
     """Turn a dense timm ViT into its compact form at `density`, in place; returns the model.
 
+    `layout`: how many heads and FFN channels each block starts with, `barter` (`barter_layout`:
+    BARTER's budgets spread over the blocks) or `uniform` (`uniform_layout`: every block alike).
     `fuse_norms`: run norm1+qkv and norm2+fc1 as `norm_linear` (keeps one embedding-wide tensor per
     norm for backward instead of two; same numbers)."""
     for block in model.blocks:
         if not isinstance(block, Block) or isinstance(block, CompactBlock):
             raise ValueError(f"expected dense timm Blocks, found {type(block).__name__}")
-    total_heads, total_hidden = budgets(model, density)
-    heads = spread(total_heads, [b.attn.num_heads for b in model.blocks])
-    hidden = spread(total_hidden, [b.mlp.fc1.out_features for b in model.blocks])
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    heads, hidden = (barter_layout if layout == "barter" else uniform_layout)(model, density)
     for index, block in enumerate(list(model.blocks)):
         model.blocks[index] = CompactBlock(block, heads[index], hidden[index], fuse_norms)
     return model

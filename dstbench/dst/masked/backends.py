@@ -2,12 +2,12 @@
 
     masked           full-size weights, zero where masked, dense kernels (the default)
     csr              only the active weights, CSR kernels on the CPU and CUDA (`dstbench.dst.masked.csr`)
-    semi_structured  transposable 2:4 masks, 2:4 kernels on CUDA at density 0.5, fp16/bf16
-                     (`dstbench.dst.masked.semi_structured`; untested on hardware here)
+    semi_structured  transposable 2:4 masks, cuSPARSELt 2:4 kernels on CUDA at density 0.5,
+                     fp16/bf16 (`dstbench.dst.masked.semi_structured`; untested on hardware here)
 
 Every masked method (SET, RigL, MEST, Chase, and any `MaskedMethod` subclass) gets them alike:
 its topology update is written against the mask set's interface and never sees which one runs.
-`MaskedMethod` talks to its backend through four members:
+`MaskedMethod` talks to its backend through five members:
 
     mask_set_class                       the `MaskSet` class built over the prunable weights
     install(model, mask_set, allotment,  after the initial masks: swaps the prunable linears for the
@@ -16,6 +16,10 @@ its topology update is written against the mask set's interface and never sees w
     before_forward(mask_set, dense_grad) every step: whether this step's backward must keep the
                                          dense weight gradient (an update that grows by it follows)
     flops_basis                          what `flops_per_step` counts for the masked linears
+    result_extras(mask_set)              the backend's fields of the result line's `method_extras`:
+                                         `kernel_precision`, the dtype the masked linears' products
+                                         run in (csr: fp32 under any autocast), and for
+                                         semi_structured the exchange each update asked and did
 
 Distributed (DDP): masked and semi_structured run; csr is refused (suite validation and here):
 its gradients at update steps are per rank, and a soft budget resizes its values.
@@ -23,12 +27,14 @@ its gradients at update steps are per rank, and a soft budget resizes its values
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from dstbench.util import distributed
+from dstbench.models.vit import DEFAULT_PRUNABLE, create_vit, prunable_weights
 from dstbench.dst.masked.csr import CsrMaskSet
 from dstbench.dst.masked.masks import MaskSet
 from dstbench.dst.masked import semi_structured
@@ -44,14 +50,20 @@ class MaskedExecution:
     mask_set_class: type[MaskSet] = MaskSet
     # FlopCounterMode counts the dense products over the zero-filled weights: what runs.
     flops_basis = "executed"
+    # The suite's precision (set at install): dense products run in the autocast dtype.
+    kernel_precision = "fp32"
 
     def install(
         self, model: torch.nn.Module, mask_set: Any, allotment: dict[str, int], *, density: float, precision: str
     ) -> tuple[Any, dict[str, int]]:
+        self.kernel_precision = precision
         return mask_set, allotment
 
     def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
         pass
+
+    def result_extras(self, mask_set: Any) -> dict[str, Any]:
+        return {"kernel_precision": self.kernel_precision}
 
 
 class CsrExecution(MaskedExecution):
@@ -67,7 +79,10 @@ class CsrExecution(MaskedExecution):
         device = next(iter(mask_set.weights.values())).device
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"execution csr runs on cpu or cuda (torch's CSR kernels), not {device.type}")
-        return CsrMaskSet.convert(model, mask_set), allotment
+        csr = CsrMaskSet.convert(model, mask_set)
+        # Not the suite's precision: the CSR products run in the values' dtype under any autocast.
+        self.kernel_precision = csr.kernel_precision
+        return csr, allotment
 
     def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
         mask_set.before_forward(dense_grad)
@@ -86,7 +101,16 @@ class SemiStructuredExecution(MaskedExecution):
     ) -> tuple[Any, dict[str, int]]:
         semi_structured.check_device(next(iter(mask_set.weights.values())).device, density, precision)
         swap_linears(model, mask_set)
+        mask_set.begin_recording()  # the initial masks are set: what follows are updates
+        self.kernel_precision = precision
         return mask_set, half_allotment({name: tuple(w.shape) for name, w in mask_set.weights.items()})
+
+    def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
+        # A step starts: the masks set since the last one were one update.
+        mask_set.close_update()
+
+    def result_extras(self, mask_set: Any) -> dict[str, Any]:
+        return {**super().result_extras(mask_set), **mask_set.exchange_extras()}
 
 
 BACKENDS: dict[str, type[MaskedExecution]] = {
@@ -102,8 +126,31 @@ def create_execution(name: str) -> MaskedExecution:
     return BACKENDS[name]()
 
 
-def execution_problem(params: Mapping[str, Any], *, device: str, densities: list[float], precision: str, launcher: str) -> str | None:
-    """Why a masked method's `execution` cannot run in this suite, or None (suite validation: exit 2)."""
+def prunable_shapes(model_name: str, model_kwargs: Mapping[str, Any], pattern: str) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of the weights `pattern` selects in the suite's model (built on the meta device:
+    no memory, no weights), or None when the pattern is not a valid regular expression (the
+    method's parameters are refused for it on their own)."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return None
+    model = create_vit(model_name, device="meta", **dict(model_kwargs))
+    return {name: tuple(weight.shape) for name, weight in prunable_weights(model, pattern).items()}
+
+
+def execution_problem(
+    params: Mapping[str, Any],
+    *,
+    device: str,
+    densities: list[float],
+    precision: str,
+    launcher: str,
+    model_name: str | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Why a masked method's `execution` cannot run in this suite, or None (suite validation: exit 2).
+    With the suite's model (`model_name`, `model_kwargs`), semi_structured also checks the shapes
+    of the prunable weights."""
     execution = params.get("execution", "masked")
     if execution == "csr":
         if launcher == "torchrun":
@@ -111,5 +158,8 @@ def execution_problem(params: Mapping[str, Any], *, device: str, densities: list
         if device == "mps":
             return "execution csr runs on cpu or cuda (torch's CSR kernels), not mps"
     if execution == "semi_structured":
-        return semi_structured.problem(device, densities, precision)
+        shapes = None
+        if model_name is not None:
+            shapes = prunable_shapes(model_name, model_kwargs or {}, str(params.get("prunable", DEFAULT_PRUNABLE)))
+        return semi_structured.problem(device, densities, precision, shapes)
     return None

@@ -21,6 +21,8 @@ what the dense equivalent would do.
 
 Sparse products run in the parameters' dtype (fp32) even under bf16/fp16 autocast, whose output
 dtype the layer still returns: torch's CSR kernels lack half-precision support on some backends.
+The result line says so: `method_extras.kernel_precision` (`kernel_precision` below) is "fp32"
+for a csr case whatever the suite's precision.
 Indices are int32, as MKL and cuSPARSE take them (int64 ones would be converted at every call).
 
 `CsrMaskSet` is the mask set of the masked methods (`dstbench.dst.masked.masks.MaskSet`'s interface)
@@ -28,7 +30,9 @@ over these layers: masks are the structures themselves, the per-step masking is 
 topology update reads dense copies (`weights`) made at update time only. `set_mask` rebuilds a
 layer: positions active before and after keep their value and optimizer state, grown ones start
 at 0 with zero state, pruned ones' state disappears (the values tensor is resized when the count
-changes: soft budgets).
+changes: soft budgets). A layer refuses to change its structure while a forward of it awaits its
+backward (a live autograd graph): that backward would describe the old positions, and after a
+resize its gradient would not even fit `values`.
 """
 
 from __future__ import annotations
@@ -40,9 +44,11 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from dstbench.dst.masked.sparse_linear import kernel_linear, owning_linear, replace_module
+from dstbench.dst.masked.sparse_linear import LiveGraphs, kernel_linear, owning_linear, replace_module
 from dstbench.dst.masked.masks import MaskSet
 
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 _LIB = torch.library.Library("dstbench_sparse", "DEF")
 _LIB.define("csr_mm(Tensor crow, Tensor col, Tensor values, int columns, Tensor dense) -> Tensor")
@@ -100,6 +106,7 @@ class CsrLinear(torch.nn.Module):
         self.values = torch.nn.Parameter(torch.empty(0, dtype=weight.dtype, device=weight.device))
         self.want_dense_grad = False
         self.dense_grad: torch.Tensor | None = None
+        self.live_graphs = LiveGraphs()
         self._set_structure(active.to(weight.device, torch.bool).flatten().nonzero().flatten())
         with torch.no_grad():
             self.values.data = weight.flatten()[self.flat_index()].clone()
@@ -146,7 +153,13 @@ class CsrLinear(torch.nn.Module):
     @torch.no_grad()
     def set_active(self, new: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         """Rebuild the structure for the bool mask `new`; values and element-wise optimizer state
-        follow their positions (kept where active before and after, 0 where grown)."""
+        follow their positions (kept where active before and after, 0 where grown). Refused while a
+        forward of this layer awaits its backward (see the module docstring)."""
+        if self.live_graphs:
+            raise RuntimeError(
+                "csr: cannot change a layer's active positions while a forward of it awaits its backward "
+                "(a live autograd graph saved its values); run that backward or drop its outputs first"
+            )
         values = self.values
         state = optimizer.state.get(values) or {}
         old = {key: self.scatter(t) for key, t in state.items() if isinstance(t, torch.Tensor) and t.shape == values.shape}
@@ -166,11 +179,14 @@ class CsrLinear(torch.nn.Module):
         self.dense_grad = None
 
     # -- LinearKernels ------------------------------------------------------------------------------
-    def output(self, values: torch.Tensor, x2d: torch.Tensor, cast: torch.dtype | None) -> torch.Tensor:
+    def prepare(self, values: torch.Tensor, cast: torch.dtype | None) -> None:
+        return None  # each product reads the structure buffers, which stay as they are under a graph
+
+    def output(self, values: torch.Tensor, x2d: torch.Tensor, cast: torch.dtype | None, prepared: None) -> torch.Tensor:
         dense = x2d.to(values.dtype).t()
         return torch.ops.dstbench_sparse.csr_mm(self.crow, self.col, values, self.in_features, dense).t()
 
-    def input_grad(self, values: torch.Tensor, grad2d: torch.Tensor, cast: torch.dtype | None) -> torch.Tensor:
+    def input_grad(self, values: torch.Tensor, grad2d: torch.Tensor, cast: torch.dtype | None, prepared: None) -> torch.Tensor:
         dense = grad2d.to(values.dtype).t()
         transposed = values.index_select(0, self.perm)
         return torch.ops.dstbench_sparse.csr_mm(self.crow_t, self.col_t, transposed, self.out_features, dense).t()
@@ -259,6 +275,12 @@ class CsrMaskSet:
     @property
     def names(self) -> list[str]:
         return list(self.layers)
+
+    @property
+    def kernel_precision(self) -> str:
+        """The dtype the sparse products run in: the values' (fp32), autocast or not."""
+        dtype = next(iter(self.layers.values())).values.dtype
+        return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
     @property
     def weights(self) -> Mapping[str, torch.Tensor]:

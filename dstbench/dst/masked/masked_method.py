@@ -18,6 +18,24 @@ counted in `updates_skipped`.
 Execution (`params.execution`, `dstbench.dst.masked.backends`): `masked` (the default, as above),
 `csr` (only the active weights, sparse kernels) or `semi_structured` (2:4 on CUDA). The backend
 supplies the mask set the update works on, so the update code is the same for all three.
+
+Writing a masked method (the recipe of `methods/rigl.py`, `methods/gmp.py`, `methods/srigl.py`):
+
+    hook / attribute        default                               override for
+    Params                  DropGrowParams (delta_t, t_end,       new parameters (subclass it)
+                            drop_fraction, distribution, ...)
+    prune, grow             Magnitude(), RandomGrow()             the scores an update ranks by
+    update_replaces_step    False                                 an update that reads the dense
+                                                                  gradient instead of a step (RigL)
+    build_schedule()        RigL's cosine `UpdateSchedule`        another schedule (GMP's cubic)
+    initial_mask(name, w)   None: `allotment[name]` random        a dense start (all ones, GMP) or a
+                            positions                             structured one (SRigL's fan-in)
+    plan_update(step)       per layer (n, n), n = int(active *    other counts (MEST's EM&S, GMP's
+                            fraction)                             prune-only (n, 0))
+    update_topology(step)   per layer drop_and_grow(plan)         another rule altogether (Chase)
+
+`density()` counts the masks (active positions / prunable positions), whatever the weights' values:
+a weight grown at 0 is active.
 """
 
 from __future__ import annotations
@@ -33,6 +51,7 @@ from dstbench.dst.method_base import Method
 from dstbench.dst.update_schedule import UpdateSchedule
 from dstbench.dst.masked.distributions import DISTRIBUTIONS, layer_allotment, target_active
 from dstbench.dst.masked.backends import EXECUTIONS, create_execution
+from dstbench.dst.masked.masks import random_mask
 from dstbench.dst.masked.scorers import GrowScorer, Magnitude, PruneScorer, RandomGrow, drop_and_grow
 from dstbench.models.vit import DEFAULT_PRUNABLE, prunable_weights
 
@@ -74,6 +93,8 @@ class MaskedParams(MaskLayoutParams):
 
 @dataclasses.dataclass
 class DropGrowParams(MaskedParams):
+    """Parameters of a method that drops and grows the same number per layer (SET, RigL, MEST)."""
+
     drop_fraction: float = 0.3  # fraction of active weights replaced at the first update (cosine decay)
 
     def __post_init__(self) -> None:
@@ -83,13 +104,25 @@ class DropGrowParams(MaskedParams):
 
 
 class MaskedMethod(Method):
-    """Full-tensor masked DST (base class; not registered)."""
+    """Full-tensor masked DST (base class; not registered): a mask per prunable weight, updated by a
+    schedule, a layer distribution and two scorers (see the module docstring for the recipe).
+
+    Attributes, besides `Method`'s:
+    `mask_set` (the backend's `MaskSet`: bool masks, active `counts` per layer, `weights` by name,
+    `set_mask`), `allotment` (the active weights each layer holds at the target density, from
+    `params.distribution`; 2:4 makes it half of every layer), `execution` (the backend:
+    `masked`, `csr` or `semi_structured`), `schedule` (when updates fall due and the fraction they
+    exchange), `soft_schedule` (None, or the extra density a soft budget holds: MEST's EM&S, Chase),
+    `prune` and `grow` (the scorers), `updates_skipped` (updates skipped on a non-finite gradient).
+    """
 
     Params = DropGrowParams
     prune: PruneScorer = Magnitude()
+    """Scores an update ranks the active weights by: the lowest are dropped."""
     grow: GrowScorer = RandomGrow()
-    # Set by a method with a soft budget: its `fraction(t)` is the extra density held above the target.
+    """Scores an update ranks the inactive positions by: the highest are grown (`NoGrow`: none)."""
     soft_schedule: UpdateSchedule | None = None
+    """Set by a method with a soft budget: its `fraction(t)` is the extra density held above the target."""
 
     def __init__(self, model: torch.nn.Module, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
@@ -101,12 +134,28 @@ class MaskedMethod(Method):
         self.allotment = layer_allotment(
             {name: tuple(w.shape) for name, w in weights.items()}, self.target_density, self.params.distribution
         )
-        self.mask_set.init_random(self.allotment, self.generator)
+        for name, weight in weights.items():
+            # One layer at a time, in order: the default draw (`random_mask`) and an `initial_mask`
+            # that draws take `self.generator` in this order, so the seed fixes every layer's mask.
+            mask = self.initial_mask(name, weight)
+            if mask is None:
+                mask = random_mask(weight.shape, self.allotment[name], self.generator)
+            elif mask.shape != weight.shape or mask.dtype != torch.bool:
+                raise ValueError(
+                    f"{type(self).__name__}.initial_mask({name!r}) gave a {mask.dtype} mask of shape "
+                    f"{tuple(mask.shape)}; expected torch.bool of shape {tuple(weight.shape)}"
+                )
+            self.mask_set.set_mask(name, mask)
         self.mask_set, self.allotment = self.execution.install(
             self.model, self.mask_set, self.allotment, density=self.target_density, precision=self.precision
         )
 
     def build_schedule(self) -> UpdateSchedule:
+        """When topology updates fall due: called once in `__init__`, before the masks exist, and
+        stored as `self.schedule` (which `update_due` follows). Default: RigL's cosine schedule from
+        `delta_t`, `t_end` and `drop_fraction`. Anything with `is_update_step(step)`,
+        `update_steps()`, `last_update_step` (and, for the default `plan_update`, `fraction(step)`)
+        serves."""
         return UpdateSchedule(
             delta_t=int(self.params.delta_t),
             t_end=float(self.params.t_end),
@@ -114,8 +163,23 @@ class MaskedMethod(Method):
             total_steps=self.total_steps,
         )
 
+    def initial_mask(self, name: str, weight: torch.Tensor) -> torch.Tensor | None:
+        """The bool mask (shape of `weight`) the prunable weight `name` starts training with, or
+        None for the default: `allotment[name]` positions drawn uniformly at random from
+        `self.generator` (SET, RigL, MEST, Chase, static).
+
+        Called once per prunable weight, in order, at the end of `__init__`'s setup: `params`,
+        `allotment`, `schedule` and `generator` are set; the execution is not installed yet, so
+        `weight` is the full-size dense tensor (read it, do not change it: values at positions the
+        mask turns off are zeroed, with their optimizer state, when the mask is applied). The mask
+        may hold any number of active positions: a dense-to-sparse method (GMP) returns all ones,
+        SRigL a constant fan-in per output row; the layer's active count is taken from the mask.
+        Draw any randomness from `self.generator` so the seed fixes the mask."""
+        return None
+
     # -- inspection ---------------------------------------------------------------------------------
     def prunable(self) -> dict[str, torch.nn.Parameter]:
+        """The weights matching `params.prunable` (full match), by parameter name."""
         return prunable_weights(self.model, self.params.prunable)
 
     def masks(self) -> dict[str, torch.Tensor]:
@@ -123,15 +187,19 @@ class MaskedMethod(Method):
         return self.mask_set.bool_masks()
 
     def density(self) -> float:
-        """Active fraction of the prunable weights, counted from the mask tensors (a grown weight is
-        active even while its value is still exactly 0)."""
+        """Active fraction of the prunable weights, counted from the masks: active positions over
+        all prunable positions (a grown weight is active while its value is still exactly 0; the
+        base class's count of nonzero values would miss it). One host sync."""
         self.mask_set.recount()
         return self.mask_set.total_active() / self.mask_set.numel()
 
     def method_buffers(self) -> dict[str, torch.Tensor]:
+        """The mask set's buffers: the bool masks (csr: its index buffers instead)."""
         return self.mask_set.buffers()
 
     def result_extras(self) -> dict[str, Any]:
+        """Distribution, execution, FLOP basis, updates scheduled and skipped, active and prunable
+        weights (and the soft budget's density when there is one); subclasses add theirs."""
         extras = {
             "distribution": self.params.distribution,
             "execution": self.execution.name,
@@ -140,6 +208,8 @@ class MaskedMethod(Method):
             "updates_skipped": self.updates_skipped,
             "active_weights": self.mask_set.total_active(),
             "prunable_weights": self.mask_set.numel(),
+            # The backend's: `kernel_precision`; semi_structured adds each update's 2:4 exchange.
+            **self.execution.result_extras(self.mask_set),
         }
         if self.soft_schedule is not None:
             extras["soft_budget_density"] = self.mask_set.total_active() / self.mask_set.numel()
@@ -164,16 +234,19 @@ class MaskedMethod(Method):
         return self.grow.needs_dense_grad and self.update_due(step)
 
     def before_forward(self, step: int) -> None:
-        # csr computes the dense weight gradient only on a step whose update grows by it.
+        """Tells the execution whether this step's backward must keep the dense weight gradient
+        (csr computes it only on a step whose update grows by it)."""
         self.execution.before_forward(self.mask_set, self.takes_dense_grad(step))
 
     def before_optimizer_step(self, step: int) -> None:
+        """Masks the gradients in place, unless the step takes the dense gradient (`takes_dense_grad`)."""
         # The one masking op of an ordinary step: with a zero gradient, weight and state at a
         # masked position the optimizer computes exactly 0 there again (see dstbench.dst.masked.masks).
         if not self.takes_dense_grad(step):
             self.mask_set.mask_grads()
 
     def after_optimizer_step(self, step: int) -> None:
+        """After a step that took the dense gradient, zeroes weights and state at masked positions."""
         # Only after a step that took the dense gradient have masked weights and state moved;
         # zeroing them then gives the active weights exactly the update a masked gradient gives.
         if self.takes_dense_grad(step):
@@ -188,7 +261,9 @@ class MaskedMethod(Method):
         return not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
 
     def plan_update(self, step: int) -> dict[str, tuple[int, int]]:
-        """How many weights of each layer to drop and to grow at `step`."""
+        """`(n_drop, n_grow)` per layer for the update at `step`, read by the default
+        `update_topology` (which caps them at what the layer holds). Default: `n = int(n_active *
+        schedule.fraction(step))` dropped and as many grown, nothing in a layer ERK made dense."""
         fraction = self.schedule.fraction(step)
         plan = {}
         for name, n_active in self.mask_set.counts.items():
@@ -200,6 +275,10 @@ class MaskedMethod(Method):
         return plan
 
     def update_topology(self, step: int) -> None:
+        """The update at `step`: skipped (counted in `updates_skipped`) when a gradient the scorers
+        read is not finite; otherwise, layer by layer, drop and grow as `plan_update` says, by the
+        `prune` and `grow` scores, through `mask_set.set_mask` (grown weights start at 0 with zero
+        optimizer state)."""
         if not self.gradients_finite():
             self.updates_skipped += 1
             return
@@ -223,9 +302,11 @@ class MaskedMethod(Method):
 
     # -- checkpoints --------------------------------------------------------------------------------
     def extra_state_dict(self) -> dict[str, Any]:
+        """The masks (csr: its structures), skipped updates and the execution's name."""
         return {"masks": self.mask_set.state_dict(), "updates_skipped": self.updates_skipped, "execution": self.execution.name}
 
     def load_extra_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the masks; refuses a checkpoint made with another execution."""
         saved = state.get("execution")  # None: a checkpoint from before executions were recorded
         if saved is not None and saved != self.execution.name:
             # Their saved structures differ (csr keeps values, 2:4 needs 2:4 masks): loading one into
@@ -236,6 +317,7 @@ class MaskedMethod(Method):
         self.updates_skipped = int(state.get("updates_skipped", 0))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """`Method.load_state_dict`, then weights and state zeroed at masked positions."""
         super().load_state_dict(state)
         # Masks load before the weights and optimizer state; zero those at masked positions once
         # they are in, since no ordinary step will (a checkpoint of this code is already zero there).

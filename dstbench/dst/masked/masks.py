@@ -150,16 +150,6 @@ class MaskSet:
         mask.copy_(new)
         self._pending[name] = torch.count_nonzero(new)
 
-    @torch.no_grad()
-    def init_random(self, allotment: Mapping[str, int], generator: torch.Generator) -> None:
-        """Masks with `allotment[name]` active positions drawn uniformly at random per layer (the
-        sparse initialisation of SET, RigL's `random` and MEST); weights and state masked to match."""
-        for name, mask in self._masks.items():
-            k = int(allotment[name])
-            flat = torch.zeros(mask.numel(), dtype=torch.bool)
-            flat[torch.randperm(mask.numel(), generator=generator)[:k]] = True
-            self.set_mask(name, flat.view(mask.shape))
-
     # -- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: self.active(name).cpu() for name in self.weights}
@@ -172,3 +162,16 @@ class MaskSet:
         for name, mask in self._masks.items():
             mask.copy_(masks[name].to(device=mask.device, dtype=torch.bool))
         self.recount()
+
+
+def random_mask(shape: torch.Size | tuple[int, ...], active: int, generator: torch.Generator) -> torch.Tensor:
+    """A CPU bool mask of `shape` with exactly `active` positions on, drawn uniformly at random from
+    `generator` (one `randperm` of the tensor's size: the draw every masked method starts from)."""
+    numel = 1
+    for size in shape:
+        numel *= int(size)
+    if not 0 <= active <= numel:
+        raise ValueError(f"cannot make {active} of {numel} positions active")
+    flat = torch.zeros(numel, dtype=torch.bool)
+    flat[torch.randperm(numel, generator=generator)[:active]] = True
+    return flat.view(tuple(shape))

@@ -2,9 +2,13 @@
 
 A prune scorer maps (weight, grad) to a score per weight: the active weights with the lowest
 scores are removed. A grow scorer maps (weight, grad, generator) to a score per weight: the
-candidate positions with the highest scores are grown. Ties are broken by a seeded random order
-(`select_top`), so an update is reproducible from the method's seed on a given device type (random
-grow scores are drawn on the weight's device, whose generator differs between CPU and CUDA).
+candidate positions with the highest scores are grown (`NoGrow` grows none). Ties are broken by a
+seeded random order (`select_top`), so an update is reproducible from the method's seed on a given
+device type (random grow scores are drawn on the weight's device, whose generator differs between
+CPU and CUDA).
+
+Both kinds declare `reads_grad` (the update then checks the gradients are finite first); a grow
+scorer also declares `needs_dense_grad` (the step before its update keeps the unmasked gradient).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def select_top(
 def drop_and_grow(
     active: torch.Tensor,
     drop_scores: torch.Tensor,
-    grow_scores: torch.Tensor,
+    grow_scores: torch.Tensor | None,
     n_drop: int,
     n_grow: int,
     generator: torch.Generator,
@@ -61,11 +65,14 @@ def drop_and_grow(
 
     Positions dropped in this update are candidates for growth again (RigL, rigl-torch): one that is
     regrown simply stays active. The caller keeps `n_drop <= active count` and `n_grow <=` the
-    inactive count after the drop.
+    inactive count after the drop. `grow_scores` may be None when `n_grow` is 0 (`NoGrow`).
     """
     new = active.flatten().clone()
     new[select_top(-drop_scores, new, n_drop, generator)] = False
-    new[select_top(grow_scores, ~new, n_grow, generator)] = True
+    if n_grow > 0:
+        if grow_scores is None:
+            raise ValueError(f"asked to grow {n_grow} positions without grow scores")
+        new[select_top(grow_scores, ~new, n_grow, generator)] = True
     return new.view_as(active)
 
 
@@ -125,5 +132,17 @@ class GradientGrow:
         return grad.abs()
 
 
+@dataclass(frozen=True)
+class NoGrow:
+    """Grows nothing (pruning-only methods such as GMP): no score, no draw, no dense gradient. A
+    method that uses it plans `n_grow = 0` for every layer (`drop_and_grow` refuses more)."""
+
+    needs_dense_grad: ClassVar[bool] = False
+    reads_grad: ClassVar[bool] = False
+
+    def __call__(self, weight: torch.Tensor, grad: torch.Tensor | None, generator: torch.Generator) -> None:
+        return None
+
+
 PruneScorer = Magnitude | MagnitudeGradient
-GrowScorer = RandomGrow | GradientGrow
+GrowScorer = RandomGrow | GradientGrow | NoGrow

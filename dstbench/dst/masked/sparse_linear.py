@@ -3,33 +3,73 @@
 
 A backend's layer module implements `LinearKernels` and calls `kernel_linear(...)` from its forward:
 
-    output(weight, x2d, cast)              x2d @ W^T                       (tokens, out)
-    input_grad(weight, grad2d, cast)       grad2d @ W                      (tokens, in)
-    weight_grad(weight, grad2d, x2d, cast) the gradient of `weight`, the tensor the layer trains
-                                           (for csr its active values only)
+    prepare(weight, cast)                       once per forward: what both products use, kept with
+                                                the graph for its backward (2:4: W and W^T
+                                                compressed; csr: nothing)
+    output(weight, x2d, cast, prepared)         x2d @ W^T                    (tokens, out)
+    input_grad(weight, grad2d, cast, prepared)  grad2d @ W                   (tokens, in)
+    weight_grad(weight, grad2d, x2d, cast)      the gradient of `weight`, the tensor the layer
+                                                trains (for csr its active values only)
+    live_graphs                                 a `LiveGraphs`: the forwards whose backward is
+                                                still to come (csr changes no structure under one)
 
 `cast` is the autocast dtype when autocast is on, else None; each backend picks its compute dtype
 from it. The output is in the autocast dtype under autocast (as `F.linear`'s is), else in the
 weight's. With a norm (`fuse_norms`), the layer keeps only the norm's input for backward and
 recomputes the norm there, exactly as `dstbench.models.fused_norms._NormLinear` does, so the sparse executions
 keep the same activation bytes as the masked one.
+
+One backward per forward: the backward releases what `prepare` made (2:4: the compressed W and
+W^T) and leaves `live_graphs`, after which csr may change its structure. A second backward through
+the same graph (`backward(retain_graph=True)` and then another) would run on a released or changed
+layer, so it raises a RuntimeError instead (`SECOND_BACKWARD`); run the forward again. Keeping both
+until the graph is freed would hold the compressed pair, and block csr's updates, for as long as
+anything references an output (a training loop's `loss` until the next step), so it is not done.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import weakref
+from typing import Any, Protocol
 
 import torch
 
 
-class LinearKernels(Protocol):
-    def output(self, weight: torch.Tensor, x2d: torch.Tensor, cast: torch.dtype | None) -> torch.Tensor: ...
+class LiveGraphs:
+    """The autograd nodes of a layer's forwards whose backward has not run: a node leaves at its
+    backward, or when its graph is freed (weak references), so a forward without grad leaves none."""
 
-    def input_grad(self, weight: torch.Tensor, grad2d: torch.Tensor, cast: torch.dtype | None) -> torch.Tensor: ...
+    def __init__(self) -> None:
+        self._nodes: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def add(self, node: Any) -> None:
+        self._nodes.add(node)
+
+    def discard(self, node: Any) -> None:
+        self._nodes.discard(node)
+
+    def __bool__(self) -> bool:
+        return len(self._nodes) > 0
+
+
+class LinearKernels(Protocol):
+    live_graphs: LiveGraphs
+
+    def prepare(self, weight: torch.Tensor, cast: torch.dtype | None) -> Any: ...
+
+    def output(self, weight: torch.Tensor, x2d: torch.Tensor, cast: torch.dtype | None, prepared: Any) -> torch.Tensor: ...
+
+    def input_grad(self, weight: torch.Tensor, grad2d: torch.Tensor, cast: torch.dtype | None, prepared: Any) -> torch.Tensor: ...
 
     def weight_grad(
         self, weight: torch.Tensor, grad2d: torch.Tensor, x2d: torch.Tensor, cast: torch.dtype | None
     ) -> torch.Tensor: ...
+
+
+SECOND_BACKWARD = (
+    "a sparse execution (csr, semi_structured) runs one backward per forward: this graph's backward "
+    "already ran and released what its forward prepared (retain_graph=True is not supported); run the forward again"
+)
 
 
 class _KernelLinear(torch.autograd.Function):
@@ -40,18 +80,23 @@ class _KernelLinear(torch.autograd.Function):
         features = x.shape[-1]
         y = torch.native_layer_norm(x, [features], norm_weight, norm_bias, eps)[0] if normed else x
         with torch.autocast(device, enabled=False):
+            prepared = kernels.prepare(weight, cast)
             # Row-major, as F.linear returns it: a transposed product (csr) would otherwise send
             # strided activations downstream (fused attention falls back to its math path on them).
-            out = kernels.output(weight, y.reshape(-1, features), cast)
+            out = kernels.output(weight, y.reshape(-1, features), cast, prepared)
             out = out.to(cast or weight.dtype).contiguous()
             if bias is not None:
                 out += bias.to(out.dtype)
-        ctx.kernels, ctx.cast, ctx.eps, ctx.normed = kernels, cast, eps, normed
+        ctx.kernels, ctx.cast, ctx.eps, ctx.normed, ctx.prepared = kernels, cast, eps, normed, prepared
+        ctx.backward_done = False
         ctx.save_for_backward(x, weight, bias, norm_weight, norm_bias)
+        kernels.live_graphs.add(ctx)  # ctx is the graph's node: gone with the graph if no backward comes
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
+        if ctx.backward_done:
+            raise RuntimeError(SECOND_BACKWARD)
         x, weight, bias, norm_weight, norm_bias = ctx.saved_tensors
         kernels, cast = ctx.kernels, ctx.cast
         shape = [x.shape[-1]]
@@ -69,7 +114,7 @@ class _KernelLinear(torch.autograd.Function):
         if bias is not None and needs[3]:
             grad_bias = grad_2d.sum(0).to(bias.dtype)
         if needs[1] or needs[4] or needs[5]:
-            grad_y = kernels.input_grad(weight, grad_2d, cast).to(y.dtype).contiguous()
+            grad_y = kernels.input_grad(weight, grad_2d, cast, ctx.prepared).to(y.dtype).contiguous()
             grad_y = grad_y.view(y.shape)
             if ctx.normed:
                 grad_x, grad_norm_weight, grad_norm_bias = torch.ops.aten.native_layer_norm_backward(
@@ -78,6 +123,9 @@ class _KernelLinear(torch.autograd.Function):
                 )
             else:
                 grad_x = grad_y
+        ctx.prepared = None  # the backward was its last use (2:4: both compressed copies)
+        ctx.backward_done = True  # a second backward raises (module docstring)
+        kernels.live_graphs.discard(ctx)
         return None, grad_x, grad_weight, grad_bias, grad_norm_weight, grad_norm_bias, None, None
 
 

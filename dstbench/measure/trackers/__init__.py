@@ -1,4 +1,5 @@
-"""Trackers are context managers around the measured work: latency, memory, FLOPs, energy, noise.
+"""Trackers are context managers around the measured work: latency, memory, FLOPs, energy, noise,
+torch.compile's cost.
 
 Each declares the result fields it writes and how they merge (`dstbench.measure.trackers.base`).
 `TRACKERS` lists every tracker whose fields a result line has; a new metric is one tracker module
@@ -8,6 +9,7 @@ these declarations without it.
 
 from dstbench.measure.trackers.accuracy import AccuracyTrack
 from dstbench.measure.trackers.base import ResultField, Tracker
+from dstbench.measure.trackers.compile import CompileRecord
 from dstbench.measure.trackers.energy import EnergyMeter
 from dstbench.measure.trackers.flops import FlopCounter
 from dstbench.measure.trackers.latency import SegmentTimer, SegmentTimes, summarize_ms
@@ -21,7 +23,7 @@ from dstbench.measure.trackers.training import TrainingStats
 # others, in this order: see dstbench.results.record).
 TRACKERS: tuple[type[Tracker], ...] = (
     SegmentTimes, NoiseRecord, AllocatorPeak, RssPeak, StateBytes, ActivationCounter, FlopCounter, TrainingStats,
-    AccuracyTrack, ProfileCapture, EnergyMeter, RankPlacement,
+    AccuracyTrack, ProfileCapture, EnergyMeter, RankPlacement, CompileRecord,
 )
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "AccuracyTrack",
     "ActivationCounter",
     "AllocatorPeak",
+    "CompileRecord",
     "EnergyMeter",
     "FlopCounter",
     "NoiseRecord",

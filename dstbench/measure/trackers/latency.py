@@ -112,6 +112,7 @@ CONCATENATED = GroupRule("every group's, concatenated", lambda old, new, joining
 # of normal data) from the case's median is an outlier worth a warning: normal noise puts one that
 # far out once in ~10^23 samples, a descheduled or page-faulting segment easily.
 OUTLIER_MADS = 10.0
+OUTLIER_PREFIX = "outliers: "
 
 
 def outlier_warning(samples_ms: list[float]) -> str | None:
@@ -128,7 +129,7 @@ def outlier_warning(samples_ms: list[float]) -> str | None:
         return None
     worst = float(outliers[np.argmax(np.abs(outliers - median))])
     return (
-        f"outliers: {len(outliers)} of {len(values)} segments over {OUTLIER_MADS:g} MADs from the median "
+        f"{OUTLIER_PREFIX}{len(outliers)} of {len(values)} segments over {OUTLIER_MADS:g} MADs from the median "
         f"{median:.1f} ms (worst {worst:.1f} ms): the machine may have interfered"
     )
 

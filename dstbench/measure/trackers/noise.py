@@ -17,7 +17,7 @@ Per segment (`SegmentNoise`, a context manager outside the segment's timer):
 
 Per case: the load average (1, 5, 15 min) before the first and after the last segment.
 
-`assess` applies the rule (README, "How a case is measured"). A segment is *starved* when its
+`assess` applies the rule (docs/concepts/measurement.md). A segment is *starved* when its
 `wait_share` exceeds `STARVED_WAIT_SHARE` or its `steal_share` exceeds `STARVED_STEAL_SHARE`; where the kernel gives no run-queue figures, on the CPU
 when its `cpu_share` is below `STARVED_CPU_SHARE` (valid with OpenMP's default, spinning wait
 only: a passive wait lowers it on an idle machine too); on CUDA also when another process held the
@@ -40,8 +40,8 @@ from dstbench.measure.trackers.base import RANK0, UNCHANGED, Cut, GroupRule, Joi
 if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without importing torch
     import torch
 
-# Measured with the smoke suite's rigl@0.1 and barter@0.1 on this project's 2-core machine (README,
-# "How a case is measured"), two threads: idle, wait_share 0.001-0.02 and cpu_share 0.98-1.00; a
+# Measured with the smoke suite's rigl@0.1 and barter@0.1 on this project's 2-core machine
+# (docs/concepts/measurement.md), two threads: idle, wait_share 0.001-0.02 and cpu_share 0.98-1.00; a
 # busy loop on one of the two cores, wait_share 0.26-0.66 and cpu_share 0.35-0.75; idle with
 # OMP_WAIT_POLICY=PASSIVE, wait_share 0.0002-0.03 but cpu_share 0.72-0.77.
 STARVED_WAIT_SHARE = 0.10
@@ -166,10 +166,18 @@ def _strip_noise(noise: Any, cut: Cut) -> Any:
 
 
 def _join_warnings(old: list[str], new: list[str], joining: Joining) -> list[str]:
-    from dstbench.measure.trackers.latency import outlier_warning  # a sibling tracker's rule
+    # Sibling trackers' rules: outliers among the segments that compiled nothing, and the recompile note.
+    from dstbench.measure.trackers.compile import RECOMPILE_NOTE_PREFIX, recompile_note, segments_without_recompiles
+    from dstbench.measure.trackers.latency import OUTLIER_PREFIX, outlier_warning
 
-    others = [w for w in list(old) + list(new) if not w.startswith(("contended:", "outliers:"))]
-    said = [outlier_warning(list(joining.merged.segment_ms or [])), contention_warning(joining.merged.noise)]
+    merged = joining.merged
+    recompiles = list(getattr(merged, "segment_recompiles", None) or [])
+    others = [w for w in list(old) + list(new) if not w.startswith(("contended:", OUTLIER_PREFIX, RECOMPILE_NOTE_PREFIX))]
+    said = [
+        outlier_warning(segments_without_recompiles(list(merged.segment_ms or []), recompiles)),
+        recompile_note(recompiles, getattr(merged, "recompile_ms", None)),
+        contention_warning(merged.noise),
+    ]
     return list(dict.fromkeys(others + [w for w in said if w]))
 
 

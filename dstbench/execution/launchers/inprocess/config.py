@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
 
 class InProcessConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "cases in the calling process"
 
-    name: Literal["inprocess"] = "inprocess"
-    # Not enforced (a case in this process cannot be stopped); accepted so that a suite switches to
-    # inprocess to debug (`--set launcher.name=inprocess`) without editing its timeout.
-    timeout_s: PositiveFloat = 3600.0
+    name: Literal["inprocess"] = Field("inprocess", description=(
+        "every case in the calling process (tests, debugging); allocator and RSS peaks and energy are left unmeasured"))
+    # Accepted so that a suite switches to inprocess to debug (`--set launcher.name=inprocess`)
+    # without editing its timeout.
+    timeout_s: PositiveFloat = Field(3600.0, description="accepted, not enforced: a case in this process cannot be stopped")
 
     @property
     def launcher_name(self) -> str:

@@ -17,22 +17,22 @@ class SubmititConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "a cluster job per case"
 
-    name: Literal["submitit"] = "submitit"
-    timeout_s: PositiveFloat = 3600.0
+    name: Literal["submitit"] = Field("submitit", description="each case a cluster job, submitted as one job array (dstbench[cluster])")
+    timeout_s: PositiveFloat = Field(3600.0, description="seconds a case may take inside its job")
     # A case with several ranks runs them under torchrun on its job's node (one node per job).
-    nproc_per_node: PositiveInt = 1
-    cluster: Literal["slurm", "local"] = "slurm"
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    gpus_per_node: int = Field(0, ge=0)
-    cpus_per_task: PositiveInt | None = None
-    mem_gb: PositiveFloat | None = None
-    timeout_min: PositiveFloat | None = None  # the job's time limit; default: timeout_s, rounded up, + 2 min
-    array_parallelism: PositiveInt | None = None  # jobs running at once (default: Slurm's limit; local: 1)
-    sbatch: dict[str, Union[str, int, bool]] = {}  # more sbatch options, e.g. {exclusive: true, mail-type: END}
-    setup: list[str] = []  # shell lines the job runs first (module load, source a venv)
+    nproc_per_node: PositiveInt = Field(1, description="ranks of each case, under torchrun on the job's node")
+    cluster: Literal["slurm", "local"] = Field("slurm", description="slurm, or local: the same jobs on this machine (submitit's local executor)")
+    partition: str | None = Field(None, description="sbatch --partition")
+    account: str | None = Field(None, description="sbatch --account")
+    qos: str | None = Field(None, description="sbatch --qos")
+    constraint: str | None = Field(None, description="sbatch --constraint, e.g. one GPU model for every job")
+    gpus_per_node: int = Field(0, ge=0, description="sbatch --gpus-per-node")
+    cpus_per_task: PositiveInt | None = Field(None, description="sbatch --cpus-per-task: data workers + the training thread")
+    mem_gb: PositiveFloat | None = Field(None, description="sbatch --mem, in GB")
+    timeout_min: PositiveFloat | None = Field(None, description="the job's time limit (--time); default: timeout_s rounded up to minutes, + 2")
+    array_parallelism: PositiveInt | None = Field(None, description="jobs running at once (default: Slurm's limit; local: 1)")
+    sbatch: dict[str, Union[str, int, bool]] = Field({}, description="more sbatch options, e.g. {exclusive: true, mail-type: END}")
+    setup: list[str] = Field([], description="shell lines the job runs first (module load, source a venv)")
 
     @model_validator(mode="after")
     def _ranks_fit_gpus(self) -> "SubmititConfig":

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 
 class SubprocessConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "a fresh process per case"
 
-    name: Literal["subprocess"] = "subprocess"
-    timeout_s: PositiveFloat = 3600.0  # each case's own active time (dstbench.execution.launchers.subprocess.launcher)
-    # This many cases at once on this host, each on its own GPU or its own share of the cores
-    # (dstbench.execution.launchers.subprocess.parallel; which suites may, in `SuiteConfig._parallel_fits_device`).
-    parallel: PositiveInt = 1
+    name: Literal["subprocess"] = Field("subprocess", description="each case in a fresh process of its own (the default launcher)")
+    timeout_s: PositiveFloat = Field(3600.0, description=(  # dstbench.execution.launchers.subprocess.launcher
+        "seconds of a case's own active time (start, warm-up, its segments, finish; not its waits for the others)"))
+    # dstbench.execution.launchers.subprocess.parallel; which suites may, in `SuiteConfig._parallel_fits_device`.
+    parallel: PositiveInt = Field(1, description=(
+        "groups run at once on this host, each on its own GPU and its own share of the cores"))
 
     @property
     def launcher_name(self) -> str:

@@ -16,15 +16,14 @@ class TorchrunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
     summary: ClassVar[str] = "a case's ranks under torchrun"
 
-    name: Literal["torchrun"] = "torchrun"
-    timeout_s: PositiveFloat = 3600.0
-    nproc_per_node: PositiveInt = 1
-    nnodes: PositiveInt = 1
-    # DSTBENCH_NODE_RANK, DSTBENCH_MASTER_ADDR and DSTBENCH_MASTER_PORT override these three, so one
-    # suite file serves every node.
-    node_rank: int = Field(0, ge=0)
-    master_addr: str = "127.0.0.1"
-    master_port: int = Field(29500, ge=1, le=65535)
+    name: Literal["torchrun"] = Field("torchrun", description="each case's ranks under torchrun, the model in DistributedDataParallel")
+    timeout_s: PositiveFloat = Field(3600.0, description="seconds a case's torchrun may take")
+    nproc_per_node: PositiveInt = Field(1, description="ranks on each node (one GPU each on CUDA)")
+    nnodes: PositiveInt = Field(1, description="nodes in all; every node runs the same `dstbench run`")
+    # The environment overrides these three, so one suite file serves every node.
+    node_rank: int = Field(0, ge=0, description="this node's rank (DSTBENCH_NODE_RANK overrides it)")
+    master_addr: str = Field("127.0.0.1", description="where every node's torchrun meets (DSTBENCH_MASTER_ADDR overrides it)")
+    master_port: int = Field(29500, ge=1, le=65535, description="the port they meet at (DSTBENCH_MASTER_PORT overrides it)")
 
     @property
     def launcher_name(self) -> str:

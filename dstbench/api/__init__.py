@@ -1,0 +1,103 @@
+"""dstbench from Python: run a suite, load a run, check it, report it, compare two runs.
+
+    import dstbench
+
+    run = dstbench.run_suite("suites/cpu_smoke.yaml", out="runs", only=["dense", "barter"], densities=[0.1])
+    frame = run.frame()                    # one row per case: speedup and its interval, memory, flags
+    verdict = run.check()                  # expectations, failed cases, completeness: verdict.passed
+    run.report(html="report.html")         # the HTML report `dstbench report --html` writes
+    comparison = dstbench.compare("reports/baselines/cpu_smoke", run.path, memory_only=True)
+    assert comparison.passed, comparison.text()
+
+Each function does what the command of the same name does, without printing (except `run_suite`'s
+progress on stderr, as `dstbench run`), and raises instead of returning an exit code:
+`dstbench.suite.loading.SuiteError` for an unusable suite or selection,
+`dstbench.results.run_folder.RunDirError` for a folder that is not a run,
+`dstbench.gates.compare.CompareInputError` for runs that cannot be compared.
+Reading a run (`load_run`, `frame`, `check`, `report`, `compare`) never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dstbench.api.comparison import Comparison
+from dstbench.api.run import Run
+
+if TYPE_CHECKING:
+    from dstbench.suite.schema import SuiteConfig
+
+__all__ = ["Comparison", "Run", "compare", "load_run", "load_suite", "run_suite"]
+
+
+def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> "SuiteConfig":
+    """A suite file validated as `dstbench run` validates it (its `plugins:` imported), with
+    `overrides` applied first (dotted keys, as `--set`: `{"model.depth": 2}`)."""
+    from dstbench.suite.loading import load_suite as _load_suite
+
+    return _load_suite(path, overrides)
+
+
+def run_suite(
+    suite: str | Path,
+    out: str | Path = "runs",
+    *,
+    overrides: dict[str, Any] | None = None,
+    only: list[str] | None = None,
+    densities: list[float] | None = None,
+    device: str | None = None,
+    resume: bool | str | Path | None = None,
+    retry_failed: bool = False,
+) -> Run:
+    """Run a suite file into a new run folder under `out` (as `dstbench run`) and return the run.
+
+    `overrides` set suite keys before validation (`--set`), `only` selects method labels, `densities`
+    densities, `device` overrides the suite's; `resume` continues a run folder (True: the newest run of
+    this suite under `out`). Failed cases and failed expectations do not raise: the run holds them
+    (`Run.check()`); an unusable suite or selection raises `SuiteError` before anything is written.
+    """
+    from dstbench.execution.orchestrator import run_suite as _run_suite
+
+    run_dir = _run_suite(
+        suite, out=out, overrides=overrides, only=only, densities=densities, device=device,
+        resume=str(resume) if isinstance(resume, Path) else resume, retry_failed=retry_failed,
+    )
+    return Run(Path(run_dir))
+
+
+def load_run(path: str | Path) -> Run:
+    """A run folder (one with a `results.jsonl`); `RunDirError` when it is not one."""
+    from dstbench.results.run_folder import require_results
+
+    (run_dir,) = require_results([path])
+    return Run(run_dir)
+
+
+def compare(
+    baseline: str | Path | Run,
+    current: str | Path | Run,
+    *,
+    time_threshold: float = 10.0,
+    memory_threshold: float = 1.0,
+    alpha: float = 0.05,
+    memory_only: bool = False,
+    time_basis: str = "auto",
+    strict: bool = False,
+) -> Comparison:
+    """Gate `current` against `baseline` as `dstbench compare` does (same options, same verdicts):
+    time changes beyond `time_threshold` percent that are significant at family-wise `alpha`, memory
+    changes beyond `memory_threshold` percent. `strict`: a different environment, or an inconclusive
+    case, does not pass."""
+    from dstbench.gates.compare import CompareInputError, compare_runs, load_side
+
+    if time_threshold < 0 or memory_threshold < 0 or not 0 < alpha < 1:
+        raise CompareInputError("thresholds must be >= 0 and alpha in (0, 1)")
+    if time_basis not in ("auto", "relative", "absolute"):
+        raise CompareInputError(f"time_basis must be auto, relative or absolute, not {time_basis!r}")
+    sides = [load_side(side.path if isinstance(side, Run) else side) for side in (baseline, current)]
+    result = compare_runs(
+        *sides, time_threshold=time_threshold, memory_threshold=memory_threshold, alpha=alpha,
+        memory_only=memory_only, time_basis=time_basis,
+    )
+    return Comparison(result, strict=strict)

@@ -1,0 +1,102 @@
+"""`Comparison`: two runs judged against each other (`dstbench.compare`)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dstbench.gates.compare import Comparison as GateComparison
+
+FRAME_COLUMNS = (
+    "case_id", "method", "density", "metric", "baseline", "current", "change", "ci_low", "ci_high", "p_value",
+    "basis", "verdict", "note",
+)
+
+
+class Comparison:
+    """The verdicts of `dstbench compare`: `.passed` (exit code 0), `.frame()` (one row per case and
+    metric), `.text()` / `.markdown()` (the report the command prints / writes), `.result` (the
+    underlying `dstbench.gates.compare.Comparison`)."""
+
+    def __init__(self, result: "GateComparison", *, strict: bool = False) -> None:
+        self.result = result
+        self.strict = strict
+
+    def __repr__(self) -> str:
+        return (f"Comparison({self.result.baseline.path} -> {self.result.current.path}: "
+                f"{'passed' if self.passed else 'failed'}, {len(self.result.regressed)} regressed)")
+
+    @property
+    def exit_code(self) -> int:
+        from dstbench.gates.compare import exit_code
+
+        return exit_code(self.result, self.strict)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def only_baseline(self) -> list[str]:
+        """Cases the baseline has and the current run lacks."""
+        return [_case(key) for key in self.result.only_baseline]
+
+    @property
+    def only_current(self) -> list[str]:
+        return [_case(key) for key in self.result.only_current]
+
+    @property
+    def env_differences(self) -> list[str]:
+        return list(self.result.env_differences)
+
+    def text(self) -> str:
+        from dstbench.gates.comparison_text import render
+
+        return render(self.result, strict=self.strict)
+
+    def markdown(self) -> str:
+        from dstbench.gates.comparison_text import render
+
+        return render(self.result, strict=self.strict, markdown=True)
+
+    def frame(self) -> "pd.DataFrame":
+        """One row per case and metric: `status` (ok or not on each side), `time` (median segment
+        ms, the change current/baseline - 1 with its interval, the Holm-adjusted p-value) and each
+        memory metric (bytes, exact change). `verdict`: regression, improvement, unchanged,
+        inconclusive or not gated."""
+        import pandas as pd
+
+        rows: list[dict[str, Any]] = []
+        for case in self.result.cases:
+            _, method, density = case.key
+            base = {"case_id": case.case, "method": method, "density": density}
+            status_verdict = (
+                "regression" if case.baseline_status == "ok" != case.current_status
+                else "improvement" if case.current_status == "ok" != case.baseline_status else "unchanged"
+            )
+            rows.append({**base, "metric": "status", "baseline": case.baseline_status, "current": case.current_status,
+                         "verdict": status_verdict})
+            if case.time is not None:
+                t = case.time
+                rows.append({
+                    **base, "metric": "time", "baseline": t.baseline_ms, "current": t.current_ms, "change": t.ratio - 1,
+                    "ci_low": _minus_one(t.ci_low), "ci_high": _minus_one(t.ci_high), "p_value": t.p_value,
+                    "basis": t.basis, "verdict": t.verdict, "note": "; ".join(x for x in (t.why, t.note) if x),
+                })
+            for m in case.memory:
+                rows.append({**base, "metric": m.metric, "baseline": m.baseline, "current": m.current, "change": m.change,
+                             "basis": "exact", "verdict": m.verdict})
+        return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+
+
+def _minus_one(value: float) -> float:
+    return value - 1 if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+
+def _case(key: tuple[str, str, float]) -> str:
+    from dstbench.suite.cases import case_id
+
+    return case_id(key[1], key[2])

@@ -1,0 +1,136 @@
+"""`Run`: one run folder, read from Python (`dstbench.load_run`, `dstbench.run_suite`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dstbench.gates.run_verdict import RunVerdict
+    from dstbench.suite.schema import SuiteConfig
+
+# What `Run.frame()` shows by default, in this order (`all_columns=True`: every line field and
+# derived figure). Columns a run lacks (no accuracy, no sweep) are left out.
+FRAME_COLUMNS = (
+    "case_id", "method", "method_name", "kind", "execution", "density", "density_achieved", "density_off_target",
+    "sweep", "status", "error", "median_ms", "iqr_ms", "ms_per_step", "images_per_s", "reference", "speedup",
+    "speedup_ci_low", "speedup_ci_high", "speedup_covers", "speedup_vs_dense", "speedup_vs_dense_ci_low",
+    "speedup_vs_dense_ci_high", "flop_limit", "flop_fraction", "shape_limit", "memory_basis", "memory_bytes",
+    "memory_reduction", "state_bytes", "state_ratio", "activation_bytes", "activation_ratio", "peak_memory_bytes",
+    "topology_share", "top1", "noise_level", "contended", "implausible", "run",
+)
+SEGMENT_FIELDS = ("segment_ms", "segment_group", "segment_round", "segment_process", "segment_slot", "segment_start_s")
+NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A run folder: its result lines as frames, its verdict, its reports. Reading never imports torch."""
+
+    path: Path
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The folder's run.json (what was asked for, the suite hash, interruptions, resumes)."""
+        from dstbench.results.run_folder import load_run_meta
+
+        return load_run_meta(self.path)
+
+    @property
+    def suite(self) -> "SuiteConfig":
+        """The suite as the run recorded it (`suite.yaml` in the folder, overrides applied)."""
+        from dstbench.suite.loading import load_suite
+        from dstbench.util.files import SUITE_FILE
+
+        return load_suite(self.path / SUITE_FILE)
+
+    def lines(self) -> list[dict[str, Any]]:
+        """The result lines as written (a later line of the same case replaces an earlier one in
+        frames and reports, not here)."""
+        from dstbench.results.record import iter_results
+
+        return list(iter_results(self.path))
+
+    def frame(self, reference: str | None = None, *, all_columns: bool = False) -> "pd.DataFrame":
+        """One row per case: its status, times, speedup against `reference` (default: the suite's)
+        and against dense with their 95% intervals, memory and its reduction, the limits, and the
+        flags (`contended`, `implausible`, `density_off_target`). Figures as `dstbench report`
+        computes them."""
+        from dstbench.report.headline import choose_reference
+        from dstbench.results.derive import derive, load_frame
+
+        frame = load_frame([self.path])
+        if frame.empty:
+            return frame
+        chosen, problem = choose_reference(frame, [str(self.path)], reference)
+        if chosen is None:
+            raise ValueError(problem)
+        derived = derive(frame, chosen).reset_index(drop=True)
+        if all_columns:
+            return derived
+        return derived[[c for c in FRAME_COLUMNS if c in derived.columns]]
+
+    def segments(self) -> "pd.DataFrame":
+        """One row per timed segment: `case_id`, `method`, `density`, the segment's `ms`, `group`,
+        `round`, `process` (which process set timed it), `slot` (its place in the round's order),
+        `start_s`, and the noise the segment saw (`cpu_share`, `wait_share`, `steal_share`,
+        `involuntary_switches`) where recorded."""
+        import pandas as pd
+
+        from dstbench.results.derive import load_frame
+
+        rows: list[dict[str, Any]] = []
+        frame = load_frame([self.path])
+        for line in ([] if frame.empty else frame.to_dict("records")):
+            times = line.get("segment_ms") if isinstance(line.get("segment_ms"), list) else []
+            noise = line.get("noise") if isinstance(line.get("noise"), dict) else {}
+            for i, ms in enumerate(times):
+                row: dict[str, Any] = {"case_id": line["case_id"], "method": line["method"], "density": line["density"],
+                                       "segment": i, "ms": ms}
+                for field in SEGMENT_FIELDS[1:]:
+                    values = line.get(field)
+                    row[field.removeprefix("segment_")] = values[i] if isinstance(values, list) and i < len(values) else None
+                for series in NOISE_SERIES:
+                    values = noise.get(series)
+                    row[series] = values[i] if isinstance(values, list) and i < len(values) else None
+                rows.append(row)
+        columns = ["case_id", "method", "density", "segment", "ms", "group", "round", "process", "slot", "start_s", *NOISE_SERIES]
+        return pd.DataFrame(rows, columns=columns)
+
+    def check(self, *, allow_incomplete: bool = False) -> "RunVerdict":
+        """The verdict `dstbench check` prints: `.passed`, `.exit_code`, `.expectations` (each with
+        its verdict and message), `.failed_cases`, `.coverage`, `.foreign_lines`."""
+        from dstbench.gates.run_verdict import judge_run
+
+        return judge_run(self.path, allow_incomplete=allow_incomplete)
+
+    def report(
+        self, html: str | Path | None = None, markdown: str | Path | None = None, *, reference: str | None = None
+    ) -> str:
+        """Write the HTML and/or Markdown report (as `dstbench report --html/--markdown`) and return
+        the text report: the headline and the tables `dstbench report` prints. An output inside a
+        run folder is refused (`ValueError`): reports never write over a run."""
+        from dstbench.report.headline import choose_reference, headline_text
+        from dstbench.report.html import write_markdown_report, write_report
+        from dstbench.report.sections import render_sections
+        from dstbench.report.tables import render_text
+        from dstbench.results.derive import derive, load_frame
+        from dstbench.util.files import output_file_problem
+
+        runs = [str(self.path)]
+        problems = [output_file_problem(str(p), o, runs) for o, p in (("html", html), ("markdown", markdown)) if p]
+        if any(problems):
+            raise ValueError("; ".join(p for p in problems if p))
+        frame = load_frame(runs)
+        chosen, problem = choose_reference(frame, runs, reference)
+        if chosen is None:
+            raise ValueError(problem)
+        derived = derive(frame, chosen)
+        if html:
+            write_report(derived, runs, html)
+        if markdown:
+            write_markdown_report(derived, runs, markdown)
+        return headline_text(derived) + "\n\n" + render_text(render_sections(derived, images=False, terminal_only=True))

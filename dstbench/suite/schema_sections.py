@@ -1,0 +1,252 @@
+"""The sections of a suite's schema (`model`, `data`, `optimizer`, `timing`, `methods`, `expect`,
+`accuracy`, `profile`, `compile`), each a pydantic model with its own checks; `SuiteConfig` in
+`dstbench.suite.schema` joins them and checks them against each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import ValidationInfo, field_validator, model_validator
+
+DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
+METRICS = (
+    "speedup",  # median of per-round reference time / method time, same density (derive.speedup_stats)
+    "memory_reduction",  # 1 - peak / peak_ref (allocator peak, else state + activation bytes)
+    "state_ratio",  # training-state bytes / reference's
+    "activation_ratio",  # activation bytes / reference's
+    "density_achieved",  # |achieved - target| <= tolerance
+    "topology_share",  # topology-update time / segment time
+    "top1",  # accuracy, absolute
+    "top1_drop",  # top1 of `vs` (default dense) minus the method's
+)
+
+
+def _check_files(info: ValidationInfo) -> bool:
+    """Whether validation may read the filesystem (see `parse_suite`)."""
+    return bool((info.context or {}).get("check_files", True))
+
+
+class Strict(BaseModel):
+    # No inf or nan anywhere a suite takes a number (seconds, rates, bounds): refused, never a crash.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ModelConfig(BaseModel):
+    """`name` is a timm ViT; every other key goes to `timm.create_model`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    name: str = Field("vit_tiny_patch16_224", description="a timm ViT (`timm.create_model`); no pretrained weights are downloaded")
+    checkpoint: str | None = Field(None, description=(
+        "weights loaded into the freshly built model before the method wraps it (fine-tuning): a state dict, a timm or "
+        "DeiT checkpoint, a .safetensors file or a dstbench case checkpoint; must exist when the suite is validated"))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint_exists(cls, checkpoint: str | None, info: ValidationInfo) -> str | None:
+        if checkpoint is not None and _check_files(info) and not Path(checkpoint).expanduser().is_file():
+            raise ValueError(f"{checkpoint}: no such file")
+        return checkpoint
+
+    @model_validator(mode="after")
+    def _buildable(self) -> "ModelConfig":
+        from dstbench.models.vit import create_vit
+
+        try:
+            create_vit(self.name, device="meta", **self.kwargs)
+        except Exception as exc:  # timm raises TypeError/ValueError/RuntimeError for bad kwargs
+            raise ValueError(f"cannot build model: {exc}") from None
+        return self
+
+
+class AugmentConfig(Strict):
+    """Training augmentation; evaluation only resizes, centre-crops (image folders) and normalises."""
+
+    random_crop: bool = Field(True, description=(
+        "small sets: zero padding of 1/8 of the side, then a random crop (CIFAR's 4 pixels at 32); image folders: a "
+        "random-resized crop"))
+    flip: bool = Field(True, description="random horizontal flip")
+    randaugment: str | None = Field(None, description="a timm RandAugment spec such as `rand-m9-mstd0.5-inc1`; null: none")
+    mixup: float = Field(0.0, ge=0, description="alpha of timm's `Mixup` (0: off); with mixup or cutmix the loss is a soft-target cross-entropy")
+    cutmix: float = Field(0.0, ge=0, description="cutmix alpha of timm's `Mixup` (0: off)")
+    label_smoothing: float = Field(0.0, ge=0, lt=1, description="label smoothing of the cross-entropy (with mixup or cutmix, applied by `Mixup`)")
+
+
+class DataConfig(Strict):
+    """A dataset (see `dstbench.data`). `root` is read relative to the working directory."""
+
+    name: Literal[DATASETS] = Field("synthetic", description=(  # type: ignore[valid-type]
+        "synthetic: random device-resident tensors (speed only); digits, mnist5k: packaged (dstbench[datasets]); "
+        "cifar10, cifar100: torchvision's layout under `root`; imagefolder: `root`/train/<class>/ and `root`/val/<class>/"))
+    download: bool = Field(False, description="cifar10/cifar100 only: download into `root` through torchvision when it is not there")
+    root: str | None = Field(None, validate_default=True, description=(
+        "the dataset's folder, relative to the working directory; required for cifar10, cifar100 and imagefolder"))
+    num_workers: int = Field(2, ge=0, description="DataLoader worker processes")
+    augment: AugmentConfig = Field(AugmentConfig(), description="training augmentation (`data.augment`, below)")
+
+    @field_validator("root")
+    @classmethod
+    def _root_holds_dataset(cls, root: str | None, info: ValidationInfo) -> str | None:
+        # Runs for the default too (validate_default), so a missing `root` is reported here.
+        if "name" not in info.data:
+            return root  # the name itself was invalid and is reported on its own
+        from dstbench.data.catalog import check_root
+
+        problem = check_root(info.data["name"], root, bool(info.data.get("download")), _check_files(info))
+        if problem:
+            raise ValueError(problem)
+        return root
+
+
+class OptimizerConfig(Strict):
+    """The optimizer every method of the suite trains with."""
+
+    name: Literal["sgd", "adamw"] = Field("adamw", description="adamw (decoupled weight decay) or sgd")
+    lr: PositiveFloat = Field(1e-3, description="learning rate (the peak of accuracy mode's warmup and cosine)")
+    weight_decay: float = Field(0.05, ge=0, description="weight decay: decoupled for adamw, coupled for sgd")
+    momentum: float = Field(0.9, ge=0, lt=1, description="sgd only: momentum")
+    nesterov: bool = Field(False, description="sgd only: Nesterov momentum")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="adamw only: the moment decay rates")
+
+
+class TimingConfig(Strict):
+    """How speed is sampled (`mode: speed` and `both`): warm-up, then timed segments of steps."""
+
+    warmup_steps: PositiveInt = Field(5, description="untimed steps first; the first one also counts FLOPs and activation bytes")
+    segment_steps: PositiveInt = Field(20, description="training steps per timed segment")
+    segments: PositiveInt = Field(5, description="timed segments per case (the raw samples; rounds, when interleaved); >= 6 for a 95% interval")
+    total_steps: PositiveInt | None = Field(None, description=(
+        "the training length the methods' schedules assume (t_end is a fraction of it); default: every step the case "
+        "runs, warm-up and settling included"))
+    # dstbench.execution.rounds. How segments are ordered, not what a case measures: left out of `setup_hash`.
+    interleave: bool = Field(True, description=(
+        "time the cases compared with each other (every method at one density, plus dense) in rounds, one segment "
+        "each in turn, so speedups are per-round paired ratios; false: one case after another. Not in the suite hash"))
+    # A group's cases restarted together per set (dstbench.results.intervals); at most one set per round. Each
+    # set trains up to its first round untimed, so round r covers the same training steps in every set.
+    processes: PositiveInt = Field(2, description=(
+        "process sets: the rounds are spread over this many sets of fresh processes, so a process's own speed offset "
+        "enters the interval"))
+    # A precaution against a slow first round after a warm-up and a wait (docs/concepts/interleaving.md).
+    settle_segments: int = Field(1, ge=0, description="untimed segments each case runs in round order once its process set is started")
+    # Turned, so carry-over from the previous case is not confounded with a method.
+    round_order: Literal["rotate", "shuffle", "fixed"] = Field("rotate", description=(
+        "the order of a group's cases in each round: rotated by one per round, shuffled (seeded by `seed`) or fixed"))
+
+    @property
+    def schedule_steps(self) -> int:
+        """The `total_steps` a speed case's method is built with."""
+        return self.total_steps or self.warmup_steps + (self.settle_segments + self.segments) * self.segment_steps
+
+
+# Labels and the suite's name become file and folder names (run folders, checkpoints, traces):
+# well inside a file system's 255-byte limit once a stamp or a case id is added.
+NAME_LIMIT = 100
+
+
+class MethodSpec(Strict):
+    """One entry of `methods:`: a bare method name, or a mapping with these keys."""
+
+    name: str = Field(min_length=1, max_length=NAME_LIMIT, description="a registered method (`dstbench list`)")
+    label: str | None = Field(None, min_length=1, max_length=NAME_LIMIT, description=(
+        "the cases' name in results and reports (default: `name`); to run one method twice with different params"))
+    params: dict[str, Any] = Field({}, description="the method's parameters (`dstbench list METHOD`), checked by its `Params`")
+    # Run this method at these of the suite's densities only (default: all of them); e.g. a 2:4
+    # execution, which exists at 0.5 only. Checked in `SuiteConfig._method_densities_in_suite`.
+    densities: list[float] | None = Field(None, min_length=1, description=(
+        "run this method at these of the suite's densities only (default: all of them); not for dense"))
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class Expectation(Strict):
+    """One gate of `expect:` (see `dstbench.results.expectations`). What it names is checked against the
+    suite in `SuiteConfig._expectations_fit_suite`, before any case runs."""
+
+    metric: Literal[METRICS] = Field(description="what is gated (the CI gates guide defines each)")  # type: ignore[valid-type]
+    method: str = Field("*", description="a method label or a glob over labels (`\"*\"`, `\"r*\"`)")
+    vs: str | None = Field(None, description=(
+        "the method a relative metric compares with, at the same density (a dense one at 1.0); default: the suite's "
+        "`reference` (dense for top1_drop)"))
+    density: float | None = Field(None, description="only the cases at this density (default: every density)")
+    min: float | None = Field(None, description="lower bound on the value; every metric but density_achieved needs min and/or max")
+    max: float | None = Field(None, description="upper bound on the value")
+    tolerance: float | None = Field(None, ge=0, description="density_achieved only: the largest allowed |achieved - target| (default 0.01)")
+    # `ci_low` with `min`: the whole interval clears the bound (docs/guides/ci-gates.md, "Expectations").
+    bound: Literal["value", "ci_low", "ci_high"] = Field("value", description=(
+        "speedup only: which figure min and max bound: the estimate, or an end of its 95% interval"))
+
+    @property
+    def is_glob(self) -> bool:
+        return any(ch in self.method for ch in "*?[")
+
+
+class AccuracyConfig(Strict):
+    """Training for accuracy (`mode: accuracy` and `both`) on the suite's dataset."""
+
+    epochs: PositiveInt = Field(10, description="epochs of training; the method's schedule spans epochs x steps per epoch")
+    warmup_epochs: float = Field(1.0, ge=0, description="linear learning-rate warmup, then cosine to min_lr, stepped every step")
+    min_lr: float = Field(1e-5, ge=0, description="the learning rate the cosine ends at")
+    eval_every: PositiveInt = Field(1, description="Top-1/Top-5 on the test split every N epochs and after the last")
+    eval_batch_size: PositiveInt = Field(256, description="images per evaluation batch")
+    checkpoint_every: int = Field(0, ge=0, description="epochs between case checkpoints (`--resume` continues from them); 0: none")
+    # By default deleted once the case has its result, since a ViT-Small checkpoint with AdamW state is ~260 MB.
+    keep_checkpoint: bool = Field(False, description="keep a case's last checkpoint (its trained state) after it finishes")
+
+
+class ProfileConfig(Strict):
+    """`profile: true`, or these settings: each case profiled after its timed segments."""
+
+    enabled: bool = Field(True, description="profile every case (`profile: true` sets it; `dstbench profile` switches it on)")
+    steps: PositiveInt = Field(3, description="profiled steps; the topology update falls on the last one")
+    memory_snapshot: bool = Field(True, description="CUDA only: an allocator history for PyTorch's memory viewer")
+    max_advance_steps: int = Field(500, ge=0, description=(
+        "how far past the timed segments the profile may train to reach the next scheduled update; beyond it (or past "
+        "the schedule's end) the update is forced on the last profiled step"))
+    top_ops: PositiveInt = Field(15, description="operators kept in the result line, by self time")
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class CompileConfig(Strict):
+    """`compile: true`, or these settings: every method's model (its forward, and through
+    AOTAutograd its backward) trained under `torch.compile`, alike for every method
+    (`dstbench.execution.compiled`). The first warm-up step runs eagerly (it counts FLOPs and
+    activations), the second compiles; a recompilation in a timed segment (a compact method's
+    resize) is counted and charged to the topology update before it."""
+
+    enabled: bool = Field(True, description="train under torch.compile (`compile: true` sets it)")
+    mode: Literal[COMPILE_MODES] | None = Field(None, description=(  # type: ignore[valid-type]
+        "torch.compile's mode: default, reduce-overhead (CUDA graphs), max-autotune, max-autotune-no-cudagraphs; null: torch's default"))
+    dynamic: bool | None = Field(None, description=(
+        "torch.compile's dynamic: null marks a size dynamic once it changes, true compiles dynamic shapes from the "
+        "start, false always specialises; parameters' shapes stay static, so a resize recompiles"))
+    fullgraph: bool = Field(False, description="true: a graph break fails the case instead of compiling around it")
+    backend: str = Field("inductor", min_length=1, description=(
+        "a torch.compile backend (`torch._dynamo.list_backends()`): inductor generates code, aot_eager only traces"))
+
+    @model_validator(mode="after")
+    def _known_backend(self) -> "CompileConfig":
+        if not self.enabled:
+            return self
+        from torch._dynamo import list_backends
+
+        known = list_backends(exclude_tags=())
+        if self.backend not in known:
+            raise ValueError(f"backend {self.backend!r} is not a torch.compile backend here (known: {', '.join(known)})")
+        if self.mode is not None and self.backend != "inductor":
+            raise ValueError(f"mode {self.mode!r} is inductor's; backend {self.backend!r} takes none")
+        return self
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of `torch.compile` (and of a result line's `compile`)."""
+        options: dict[str, Any] = {"backend": self.backend, "fullgraph": self.fullgraph, "dynamic": self.dynamic}
+        return {**options, "mode": self.mode} if self.mode is not None else options
