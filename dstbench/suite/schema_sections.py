@@ -237,7 +237,18 @@ class CompileConfig(Strict):
     def _known_backend(self) -> "CompileConfig":
         if not self.enabled:
             return self
+        import inspect
+
+        import torch
         from torch._dynamo import list_backends
+
+        # Each compiled model gets its own recompile budget, failing loudly when spent
+        # (`dstbench.execution.torch_compile`); an older torch.compile cannot promise that.
+        if "isolate_recompiles" not in inspect.signature(torch.compile).parameters:
+            raise ValueError(
+                f"torch {torch.__version__}'s torch.compile takes no per-model recompile limit (recompile_limit, "
+                "isolate_recompiles), which compiled cases need so that they never fall back to eager; use a newer torch"
+            )
 
         known = list_backends(exclude_tags=())
         if self.backend not in known:

@@ -127,3 +127,15 @@ def test_a_model_left_eager_fails_the_case(tmp_path: Path, monkeypatch: pytest.M
     path.write_text(yaml.safe_dump(suite))
     (line,) = iter_results(run_suite(path, out=tmp_path / "runs"))
     assert line["status"] == "error" and "torch compiled no graph of dense's model in its warm-up" in line["error"]
+
+
+def test_a_torch_without_a_per_model_recompile_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dstbench.suite.loading import SuiteError
+
+    def old_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None):  # type: ignore[no-untyped-def]
+        return model
+
+    monkeypatch.setattr(torch, "compile", old_compile)
+    with pytest.raises(SuiteError, match="no per-model recompile limit"):
+        parse_suite(micro_suite(compile=True, timing={"warmup_steps": 2, "segment_steps": 1, "segments": 2}))
+    parse_suite(micro_suite())  # eager suites do not care
