@@ -71,9 +71,9 @@ def judge_run(
     case must have an ok line; without it (`dstbench check`), every line present must be ok and, where
     run.json records what was asked for, every selected case present (unless `allow_incomplete`)."""
     run_dir = Path(run_dir)
-    suite, outcomes = check_run(run_dir)
     frame = load_frame([run_dir]) if frame is None else frame
     coverage = run_coverage(run_dir)
+    suite, outcomes = check_run(run_dir, frame, coverage)
     incomplete_fails = (
         coverage is not None and not coverage.complete and selection is None and not allow_incomplete and coverage.recorded
     )

@@ -57,8 +57,8 @@ SPEED_LIMITS = {"flop_limit": "FLOP limit", "shape_limit": "shape limit"}
 # methods (a masked method measured 1.11x vs another with the same FLOPs): room before a limit binds.
 LIMIT_TOLERANCE = 0.20
 MASKED_TOLERANCE = 0.05
-# |density_achieved - density| beyond which a case is flagged as not at the density it is named by:
-# the smoke suite's `density_achieved` expectation allows the same.
+# |density_achieved - density| beyond which a case is flagged as not at the density it is named by;
+# also the default tolerance of a `density_achieved` expectation.
 DENSITY_TOLERANCE = 0.01
 
 

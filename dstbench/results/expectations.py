@@ -31,13 +31,12 @@ from dstbench.suite.schema import SuiteConfig
 from dstbench.suite.schema_sections import Expectation
 from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
 from dstbench.util.text import present
-from dstbench.results.derive import derive, same_point
+from dstbench.results.derive import DENSITY_TOLERANCE, derive, same_point
 from dstbench.results.speedup import reference_row
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
 # Metrics measured against another method; `topology_share` is derived but is the case's own.
 RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
-DEFAULT_DENSITY_TOLERANCE = 0.01
 # The derived column each `bound` of a speedup expectation reads.
 BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
 
@@ -68,7 +67,7 @@ def bounds_text(exp: Expectation) -> str:
     """The expectation's bound as a reader wants it: '>= 3', '<= 0.1', '|error| <= 0.01'."""
     parts = [f">= {exp.min:g}" if exp.min is not None else "", f"<= {exp.max:g}" if exp.max is not None else ""]
     if exp.metric == "density_achieved":
-        tolerance = exp.tolerance if exp.tolerance is not None else DEFAULT_DENSITY_TOLERANCE
+        tolerance = exp.tolerance if exp.tolerance is not None else DENSITY_TOLERANCE
         parts.insert(0, f"|achieved - target| <= {tolerance:g}")
     return " and ".join(p for p in parts if p)
 
@@ -202,7 +201,7 @@ def _density_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
     if not present(achieved):
         return Outcome(exp, case, None, False, "density_achieved not recorded")
     achieved = float(achieved)
-    tolerance = exp.tolerance if exp.tolerance is not None else DEFAULT_DENSITY_TOLERANCE
+    tolerance = exp.tolerance if exp.tolerance is not None else DENSITY_TOLERANCE
     error = abs(achieved - float(row["density"]))
     passed = error <= tolerance + 1e-12
     message = f"achieved {achieved:.4f}, target {row['density']:g}, |error| {error:.4f} {'<=' if passed else '>'} {tolerance:g}"
@@ -269,14 +268,18 @@ def summary(outcomes: list[Outcome]) -> str:
     return text + (f" ({skipped} skipped)" if skipped else "")
 
 
-def check_run(run_dir: str | Path) -> tuple[SuiteConfig, list[Outcome]]:
-    """Expectations of the suite stored in `run_dir`, against its results and its coverage."""
+def check_run(
+    run_dir: str | Path, frame: pd.DataFrame | None = None, coverage: Coverage | None = None
+) -> tuple[SuiteConfig, list[Outcome]]:
+    """Expectations of the suite stored in `run_dir`, against its results and its coverage (read
+    here unless the caller has them)."""
     from dstbench.results.derive import load_frame
     from dstbench.util.files import SUITE_FILE
     from dstbench.suite.loading import load_suite
 
     suite = load_suite(Path(run_dir) / SUITE_FILE)
-    return suite, check_expectations(suite, load_frame([run_dir]), run_coverage(run_dir))
+    frame = load_frame([run_dir]) if frame is None else frame
+    return suite, check_expectations(suite, frame, run_coverage(run_dir) if coverage is None else coverage)
 
 
 def stored_expectations(run_dir: str | Path) -> tuple[list[Expectation], str] | None:
