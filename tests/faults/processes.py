@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 
 def alive(pid: int) -> bool:
@@ -52,3 +55,14 @@ def reap_all(pids: list[int]) -> None:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_interruptible(command: list[str], **popen: Any) -> subprocess.Popen:
+    """`command` started with SIGINT at its default, as a terminal's foreground command has it, so
+    that a test's SIGINT is Ctrl-C: a test run started from a background shell ignores SIGINT, and
+    the processes it starts would inherit that."""
+    return subprocess.Popen(command, preexec_fn=_sigint_default, **popen)

@@ -4,6 +4,7 @@ sbatch file submitit would write."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -21,6 +23,7 @@ from dstbench.suite.plan import expand_cases
 from dstbench.cli import main
 from dstbench.execution.launchers.submitit.job import TimeLimit, run_job, time_limit_handler
 from dstbench.execution.launchers.submitit.launcher import load_jobs, slurm_parameters, status_for_state
+from dstbench.execution.launchers.submitit.local_jobs import cancel_local_jobs, ignores_sigint
 from dstbench.results.record import CaseResult, iter_results
 from dstbench.execution.orchestrator import plan_run, run_suite
 from dstbench.suite.plan import resume_conflicts
@@ -52,13 +55,18 @@ def write_suite(path: Path, methods: list, launcher: dict) -> Path:
     return path
 
 
-def start_driver(suite: Path, out: Path) -> subprocess.Popen:
+def start_driver(suite: Path, out: Path, sigint: str = "default") -> subprocess.Popen:
     """`dstbench run` in a process of its own, its output in files beside the suite (local jobs
-    inherit the driver's streams: a pipe would stay open while they run)."""
+    inherit the driver's streams: a pipe would stay open while they run). `sigint`: "default", as a
+    terminal's foreground command has it, or "ignored", as a background shell leaves it, whichever
+    way this test process was started."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "dstbench", "run", str(suite), "--out", str(out)]
+    disposition = {"default": signal.SIG_DFL, "ignored": signal.SIG_IGN}[sigint]
     with open(suite.with_suffix(".out"), "w") as stdout, open(suite.with_suffix(".err"), "w") as stderr:
-        return subprocess.Popen(command, env=env, cwd=ROOT, stdout=stdout, stderr=stderr)
+        return subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=stdout, stderr=stderr, preexec_fn=lambda: signal.signal(signal.SIGINT, disposition)
+        )
 
 
 def stop_driver(driver: subprocess.Popen, signum: int, suite: Path) -> str:
@@ -68,22 +76,40 @@ def stop_driver(driver: subprocess.Popen, signum: int, suite: Path) -> str:
     return suite.with_suffix(".err").read_text()
 
 
-def test_failing_crashing_and_cancelled_jobs_each_get_their_status_and_one_line(tmp_path: Path) -> None:
-    methods = ["fault_error", "fault_crash", hang_method(tmp_path)]
-    suite = write_suite(tmp_path / "suite.yaml", methods, local(array_parallelism=3))
+def run_suite_cancelling_the_hanging_job(suite: Path, tmp_path: Path) -> Path:
+    """`run_suite` in this process while another thread cancels the hanging job from outside, as
+    scancel would, once it has started."""
 
     def cancel_the_hanging_job() -> None:
-        # As scancel would: the job's controller is interrupted from outside while the driver watches.
         try:
-            _, controller = map(int, wait_for_file(tmp_path / "pids", START_S, "the hanging job").split())
+            _, controller = wait_for_file(tmp_path / "pids", START_S, "the hanging job").split()
         except AssertionError:
             return  # the run's own assertions say what went wrong
-        os.kill(controller, signal.SIGINT)
+        cancel_local_jobs([controller])
 
     canceller = threading.Thread(target=cancel_the_hanging_job, daemon=True)
     canceller.start()
     run_dir = run_suite(suite, out=tmp_path / "runs")
     canceller.join(timeout=5)
+    return run_dir
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process, as in one started from a background shell: the processes it
+    starts (the local jobs' controllers) inherit that."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_failing_crashing_and_cancelled_jobs_each_get_their_status_and_one_line(tmp_path: Path) -> None:
+    methods = ["fault_error", "fault_crash", hang_method(tmp_path)]
+    suite = write_suite(tmp_path / "suite.yaml", methods, local(array_parallelism=3))
+
+    run_dir = run_suite_cancelling_the_hanging_job(suite, tmp_path)
     lines = [json.loads(raw) for raw in (run_dir / RESULTS_FILE).read_text().splitlines()]
     statuses = {line["case_id"]: line["status"] for line in lines}
     assert len(lines) == 3 and statuses == {"fault_error@0.5": "error", "fault_crash@0.5": "crash", "hang@0.5": "cancelled"}
@@ -94,6 +120,17 @@ def test_failing_crashing_and_cancelled_jobs_each_get_their_status_and_one_line(
     jobs = load_jobs(run_dir)
     assert {case: entry["job_id"] for case, entry in jobs.items()} == {c: line["env"]["job_id"] for c, line in by_case.items()}
     assert all(entry["cluster"] == "local" for entry in jobs.values())
+
+
+def test_a_job_whose_controller_ignores_sigint_is_still_cancelled(tmp_path: Path) -> None:
+    # Started from a background shell, every local job's controller ignores SIGINT, submitit's own cancel.
+    suite = write_suite(tmp_path / "suite.yaml", [hang_method(tmp_path)], local())
+    with sigint_ignored():
+        run_dir = run_suite_cancelling_the_hanging_job(suite, tmp_path)
+    [line] = [json.loads(raw) for raw in (run_dir / RESULTS_FILE).read_text().splitlines()]
+    assert line["status"] == "cancelled" and "INTERRUPTED" in line["error"]
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert survivors(pids, 10.0) == []  # the job's process and its controller
 
 
 def test_sighup_leaves_the_jobs_running_and_resume_reattaches_without_resubmitting(tmp_path: Path) -> None:
@@ -125,13 +162,16 @@ def test_sighup_leaves_the_jobs_running_and_resume_reattaches_without_resubmitti
     assert "segment 2 2" in (run_dir / "jobs" / f"{slug('dense@1', 'case')}.progress").read_text()
 
 
-def test_sigterm_cancels_the_submitted_jobs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_cancels_the_submitted_jobs(tmp_path: Path, sigint: str) -> None:
+    # "ignored": the driver started from a background shell; its jobs' controllers ignore SIGINT too.
     suite = write_suite(tmp_path / "suite.yaml", [hang_method(tmp_path)], local())
     out = tmp_path / "runs"
-    driver = start_driver(suite, out)
+    driver = start_driver(suite, out, sigint)
     pids: list[int] = []
     try:
         pids = [int(p) for p in wait_for_file(tmp_path / "pids", START_S, "the hanging job").split()]
+        assert ignores_sigint(pids[1]) == (sigint == "ignored")  # the controller
         err = stop_driver(driver, signal.SIGTERM, suite)
     finally:
         driver.kill()

@@ -54,6 +54,7 @@ from dstbench.execution.launchers.submitit.config import SubmititConfig
 from dstbench.execution.launchers.subprocess.placement import visible_gpus
 from dstbench.execution.launchers.progress_file import ProgressFile
 from dstbench.execution.launchers.submitit.job import run_job
+from dstbench.execution.launchers.submitit.local_jobs import cancel_local_jobs, local_job_running
 from dstbench.execution.lifeline import Terminated
 from dstbench.results.record import CaseResult
 from dstbench.util.files import slug, write_atomic
@@ -63,7 +64,7 @@ from dstbench.suite.schema import SuiteConfig
 JOBS_FILE = "jobs.json"
 JOBS_FOLDER = "jobs"
 POLL_S = {"local": 0.5, "slurm": 5.0}
-CANCEL_WAIT_S = 15.0  # how long Ctrl-C waits for cancelled local jobs to end
+CANCEL_WAIT_S = 15.0  # how long Ctrl-C waits for cancelled local jobs to end, once killed where SIGINT failed
 # Slurm job states (sacct) in which a job ends without its case's result, and the case's status.
 STATE_STATUS = {
     "TIMEOUT": "timeout", "DEADLINE": "timeout", "CANCELLED": "cancelled", "PREEMPTED": "cancelled",
@@ -146,28 +147,6 @@ def _submission_env() -> Iterator[None]:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = before
-
-
-def _local_job_running(job_id: str) -> bool:
-    """Whether a local job's controller process (its id is the pid) still runs; a zombie or a
-    reused pid does not count."""
-    proc = Path(f"/proc/{job_id}")
-    if not job_id.isdigit():
-        return False
-    if proc.parent.exists() and Path("/proc/self").exists():
-        try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmdline = (proc / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            return False
-        return state not in ("Z", "X") and b"submitit" in cmdline
-    try:
-        os.kill(int(job_id), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @register_launcher("submitit")
@@ -307,7 +286,7 @@ class SubmititLauncher(Launcher):
         if w.job.paths.result_pickle.exists():
             return True
         if self.cluster == "local" and w.attached:
-            return not _local_job_running(w.job_id)
+            return not local_job_running(w.job_id)
         return bool(w.job.done())
 
     def _collect(self, w: _Watched, task: CaseTask) -> CaseResult:
@@ -357,28 +336,16 @@ class SubmititLauncher(Launcher):
             except (OSError, subprocess.SubprocessError):
                 cancelled = []
         else:
-            for w in jobs:
-                _interrupt_local(w)
-            deadline = time.monotonic() + CANCEL_WAIT_S
-            while time.monotonic() < deadline and any(_local_job_running(w.job_id) for w in jobs):
-                time.sleep(0.1)
+            # SIGINT first, SIGKILL where it cannot arrive (a background shell's ignored SIGINT): local_jobs.
+            cancel_local_jobs([w.job_id for w in jobs], wait_s=CANCEL_WAIT_S)
             for w in jobs:
                 process = getattr(w.job, "_process", None)
                 if process is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         process.wait(timeout=0.1)  # reap it
-            cancelled = [w for w in jobs if not _local_job_running(w.job_id)]
+            cancelled = [w for w in jobs if not local_job_running(w.job_id)]
         for w in cancelled:
             recorded.pop(w.case.case_id, None)
         with contextlib.suppress(OSError):
             save_jobs(run_dir, recorded)
 
-
-def _interrupt_local(w: _Watched) -> None:
-    """Cancel a local job as submitit does (SIGINT to its controller, which stops its task)."""
-    process = getattr(w.job, "_process", None)
-    with contextlib.suppress(ProcessLookupError, OSError):
-        if process is not None:
-            process.send_signal(signal.SIGINT)
-        elif _local_job_running(w.job_id):
-            os.kill(int(w.job_id), signal.SIGINT)
