@@ -108,6 +108,7 @@ class Interrupted(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["rigl", "barter"])
 def test_resumed_case_ends_like_an_uninterrupted_one(tmp_path: Path, name: str) -> None:
     if name not in catalog.list_methods():
@@ -148,6 +149,7 @@ def test_a_checkpoint_of_another_setup_is_not_resumed(tmp_path: Path) -> None:
         measure_accuracy(other, case, CPU, base_result(other, case), tmp_path, lambda *p: None, resume=True)
 
 
+@pytest.mark.slow
 def test_both_modes_from_one_suite_and_resume_through_the_cli_path(tmp_path: Path) -> None:
     import yaml
 

@@ -54,6 +54,7 @@ def assert_same(a: Any, b: Any, where: str, **tolerance: float) -> None:
         assert a == b, where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(METHODS))
 def test_every_rank_holds_the_same_topology_parameters_and_state(ranks: list[dict[str, Any]], key: str) -> None:
     first, second = (r["identity"][key] for r in ranks)
@@ -72,6 +73,7 @@ def _same_topology(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
 
 
+@pytest.mark.slow
 def test_barter_rebuilds_the_wrapper_around_resized_parameters(ranks: list[dict[str, Any]]) -> None:
     for rank in ranks:
         barter, masked = rank["identity"]["barter"], rank["identity"]["set"]
@@ -84,6 +86,7 @@ def test_barter_rebuilds_the_wrapper_around_resized_parameters(ranks: list[dict[
         }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["set", "barter"])
 def test_rank_zero_decides_even_when_a_rank_is_seeded_differently(ranks: list[dict[str, Any]], key: str) -> None:
     first, second = (r["missseeded"][key] for r in ranks)
@@ -92,6 +95,7 @@ def test_rank_zero_decides_even_when_a_rank_is_seeded_differently(ranks: list[di
     assert torch.equal(first["draws"], second["draws"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(METHODS))
 def test_two_ranks_with_batch_b_match_one_process_with_batch_2b(ranks: list[dict[str, Any]], key: str) -> None:
     method = build(key, SGD)
@@ -109,6 +113,7 @@ def test_two_ranks_with_batch_b_match_one_process_with_batch_2b(ranks: list[dict
         assert_same(result["importance"], single["importance"], key, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_an_accuracy_case_trains_on_shards_and_evaluates_the_whole_test_split(ranks: list[dict[str, Any]], tmp: Path) -> None:
     first, second = (r["accuracy"] for r in ranks)
     suite = parse_suite(ACCURACY_SUITE)

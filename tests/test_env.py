@@ -81,6 +81,7 @@ def test_plugin_versions_by_distribution(monkeypatch: pytest.MonkeyPatch) -> Non
     assert versions == {"tests.launchers.fault_methods": None, "timm.models": importlib.metadata.version("timm")}
 
 
+@pytest.mark.slow
 def test_collect_env_report_is_written_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(env.COLLECT_ENV_SWITCH, "0")
     assert env.start_collect_env(tmp_path) is None  # switched off (the test suite's runs)

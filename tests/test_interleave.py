@@ -133,6 +133,7 @@ def test_dense_keeps_each_densitys_segments_when_densities_run_one_at_a_time(tmp
     assert {line["case_id"]: line for line in iter_results(run_dir)} == lines
 
 
+@pytest.mark.slow
 def test_resume_of_an_interrupted_interleaved_group_times_it_again_whole(tmp_path: Path) -> None:
     """Kill a real interleaved `dstbench run` inside its second group, plant a stale line of that
     group, resume: the group is timed again whole and each case has exactly one line."""

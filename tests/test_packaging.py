@@ -5,6 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -78,6 +80,7 @@ print("CODES", json.dumps(codes))
 """
 
 
+@pytest.mark.slow
 def test_a_lean_install_runs_a_synthetic_suite_and_names_the_missing_extras(tmp_path: Path) -> None:
     """Every dstbench module imports, a synthetic suite runs, and what needs an extra says which,
     with scikit-learn, mlxtend, pytest-benchmark, pytest and submitit absent (as after `pip install .`)."""

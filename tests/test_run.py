@@ -33,6 +33,7 @@ def only_run_dir(out: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_run_writes_a_run_folder_and_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     suite = write_suite(tmp_path, plugins=[PLUGIN], methods=["dense", "fault_error"], densities=[0.5])
     # A failed case fails the run (CI must not pass it), and says how many failed.
@@ -74,6 +75,7 @@ def test_failed_expectation_exits_1_and_says_by_how_much(tmp_path: Path, capsys:
     assert main(["check", str(tmp_path / "nowhere")]) == 2
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_runs_only_the_missing_cases(tmp_path: Path) -> None:
     """Kill a real sequential `dstbench run` after its first case, resume it, and check nothing ran twice."""
     suite = write_suite(

@@ -31,6 +31,7 @@ def _mkdocs_config() -> dict[str, Any]:
     return config
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mkdocs.commands.build import build
     from mkdocs.config import load_config

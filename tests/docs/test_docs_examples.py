@@ -26,6 +26,7 @@ import contextlib
 import glob
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,18 @@ PROFILE_SPEED_UP = {"profile.steps": 1, "profile.max_advance_steps": 0}
 IN_PROCESS = {"launcher.name": "inprocess"}
 PROGRAMS = ("mv", "cp", "rm", "rmdir", "mkdir", "pytest-benchmark")
 PAGES = doc_pages()
+# A block that trains a suite or renders an HTML report or site takes seconds (a page of them up to
+# 30 s on 2 cores): its page runs under `-m slow`, the others in the default selection.
+TRAINS_OR_RENDERS = re.compile(r"\bdstbench\s+(run|profile|publish)\s|--html\b|\brun_suite\(|\breport\(\s*html")
+
+
+def trains_or_renders(page: Path) -> bool:
+    """Whether a block of `page` that runs (not skipped, not a dry run) trains or renders."""
+    try:
+        blocks = page_blocks(page)
+    except DocsRuleError:
+        return False  # the page's own test says what is wrong with it
+    return any(TRAINS_OR_RENDERS.search(b.code) for b in blocks if not (b.marker and b.marker.kind in ("skip", "dry-run")))
 
 
 def speed_up(command: str, sets_launcher: bool) -> dict[str, Any]:
@@ -202,7 +215,11 @@ def fast_run_suite(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dstbench, "run_suite", run_suite, raising=False)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=[pytest.mark.slow] if trains_or_renders(p) else []) for p in PAGES],
+    ids=[str(p.relative_to(ROOT)) for p in PAGES],
+)
 def test_page_examples_run(page: Path, workspace: Path, fast_run_suite: None) -> None:
     blocks = page_blocks(page)
     module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")

@@ -44,6 +44,7 @@ def dstbench(args: list[str], cwd: Path, plugin_path: Path | None) -> subprocess
     return subprocess.run([sys.executable, "-m", "dstbench", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_example_plugin_runs_and_reports(plugin_path: Path, tmp_path: Path) -> None:
     ran = dstbench(["run", str(EXAMPLE / "suite.yaml"), "--out", str(tmp_path / "runs")], tmp_path, plugin_path)
     assert ran.returncode == 0, ran.stdout + ran.stderr

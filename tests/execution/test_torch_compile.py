@@ -46,6 +46,7 @@ def _losses(name: str, compiled: bool, steps: int = 3) -> tuple[list[float], int
     return losses, compile_counters()[0] - graphs_before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dense", "barter"])
 def test_compiled_training_matches_eager(name: str) -> None:
     eager, eager_graphs = _losses(name, compiled=False)
@@ -86,6 +87,7 @@ def test_a_model_that_cannot_be_compiled_fails_saying_so() -> None:
     assert result.status == "error" and result.error.rstrip().splitlines()[-1].startswith("compile: toy cannot be trained")
 
 
+@pytest.mark.slow
 def test_a_compiled_run_records_compile_time_and_recompilations(tmp_path: Path) -> None:
     # aot_eager traces and partitions as inductor does but generates no code: the harness is what is
     # tested here, quickly.

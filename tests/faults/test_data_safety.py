@@ -88,6 +88,7 @@ def test_publish_refuses_a_site_holding_a_run_folder_it_did_not_publish(tmp_path
     assert (mine / "results.jsonl").read_bytes() == before and not (site / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_publish_keeps_unrelated_files_and_gives_clashing_names_a_suffix(tmp_path: Path) -> None:
     site = tmp_path / "site"
     (site / "runs" / "run1").mkdir(parents=True)
@@ -113,6 +114,7 @@ def test_publish_refuses_a_users_index_html(tmp_path: Path, capsys: pytest.Captu
     assert (site / "index.html").read_text() == "<h1>my page</h1>" and not (site / "runs").exists()
 
 
+@pytest.mark.slow
 def test_publish_adopts_a_site_an_older_dstbench_made(tmp_path: Path) -> None:
     site = tmp_path / "site"
     run, other = synthetic_run(tmp_path / "r"), synthetic_run(tmp_path / "s")
@@ -168,6 +170,7 @@ def test_check_fails_an_incomplete_run_unless_allowed(tmp_path: Path) -> None:
     assert main(["check", str(run), "--allow-incomplete"]) == 0
 
 
+@pytest.mark.slow
 def test_adding_a_method_on_resume_times_each_group_once(tmp_path: Path) -> None:
     path = suite_file(tmp_path, methods=["dense", "static"], densities=[0.1, 0.5])
     assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 0
@@ -233,6 +236,7 @@ def test_resume_past_a_truncated_checkpoint_trains_the_case_afresh(tmp_path: Pat
     assert any(f"{checkpoint}: damaged checkpoint" in w and "trained afresh" in w for w in again.warnings)
 
 
+@pytest.mark.slow
 def test_retry_failed_times_the_failed_cases_again(tmp_path: Path) -> None:
     flag = tmp_path / "fail"
     flag.write_text("")

@@ -55,6 +55,7 @@ def hanging_case(process: subprocess.Popen, pid_file: Path) -> tuple[int, int]:
     return pid, parent
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_finished_lines_exits_143_leaves_no_process_and_resume_completes(tmp_path: Path) -> None:
     process, suite, out, pid_file = start_run(tmp_path, ["fault_extras"], {"name": "subprocess", "timeout_s": 600})
     case_pid, server_pid = hanging_case(process, pid_file)
@@ -86,6 +87,7 @@ def test_sigterm_keeps_finished_lines_exits_143_leaves_no_process_and_resume_com
     assert ids == ["fault_extras@0.5", "hang@0.5"]
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_run_takes_the_fork_server_and_the_case_with_it(tmp_path: Path) -> None:
     process, _, _, pid_file = start_run(tmp_path, [], {"name": "subprocess", "timeout_s": 600})
     case_pid, server_pid = hanging_case(process, pid_file)
@@ -98,6 +100,7 @@ def test_sigkill_of_the_run_takes_the_fork_server_and_the_case_with_it(tmp_path:
         reap_all([case_pid, server_pid])
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_run_takes_torchrun_and_its_rank_with_it(tmp_path: Path) -> None:
     launcher = {"name": "torchrun", "nproc_per_node": 1, "timeout_s": 600}
     process, _, _, pid_file = start_run(tmp_path, [], launcher)

@@ -193,6 +193,7 @@ def test_write_atomic_keeps_the_old_file_when_the_new_one_fails(tmp_path: Path, 
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["page.html"]
 
 
+@pytest.mark.slow
 def test_a_20_mb_error_line_is_clipped_on_the_terminal_and_whole_in_the_result(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -106,6 +106,7 @@ def test_two_cases_run_at_once_on_disjoint_cores_and_each_line_is_written_once(t
     assert {line["env"]["parallel"]["slot"] for line in lines} == {0, 1}
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_slot_and_leaves_no_case_process(tmp_path: Path) -> None:
     hang_file, pid_file = tmp_path / "hang", tmp_path / "pids"
     hang = {"hang_file": str(hang_file), "pid_file": str(pid_file)}

@@ -105,6 +105,7 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 def test_failing_crashing_and_cancelled_jobs_each_get_their_status_and_one_line(tmp_path: Path) -> None:
     methods = ["fault_error", "fault_crash", hang_method(tmp_path)]
     suite = write_suite(tmp_path / "suite.yaml", methods, local(array_parallelism=3))
@@ -122,6 +123,7 @@ def test_failing_crashing_and_cancelled_jobs_each_get_their_status_and_one_line(
     assert all(entry["cluster"] == "local" for entry in jobs.values())
 
 
+@pytest.mark.slow
 def test_a_job_whose_controller_ignores_sigint_is_still_cancelled(tmp_path: Path) -> None:
     # Started from a background shell, every local job's controller ignores SIGINT, submitit's own cancel.
     suite = write_suite(tmp_path / "suite.yaml", [hang_method(tmp_path)], local())
@@ -133,6 +135,7 @@ def test_a_job_whose_controller_ignores_sigint_is_still_cancelled(tmp_path: Path
     assert survivors(pids, 10.0) == []  # the job's process and its controller
 
 
+@pytest.mark.slow
 def test_sighup_leaves_the_jobs_running_and_resume_reattaches_without_resubmitting(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "suite.yaml", ["dense", hang_method(tmp_path)], local(array_parallelism=2))
     out = tmp_path / "runs"
@@ -162,6 +165,7 @@ def test_sighup_leaves_the_jobs_running_and_resume_reattaches_without_resubmitti
     assert "segment 2 2" in (run_dir / "jobs" / f"{slug('dense@1', 'case')}.progress").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_sigterm_cancels_the_submitted_jobs(tmp_path: Path, sigint: str) -> None:
     # "ignored": the driver started from a background shell; its jobs' controllers ignore SIGINT too.

@@ -27,6 +27,7 @@ def task_for(method: str, tmp_path) -> CaseTask:  # type: ignore[no-untyped-def]
         ("fault_hang", "timeout", "exceeded its timeout of 3 s"),
     ],
 )
+@pytest.mark.slow
 def test_fault_statuses(method: str, status: str, fragment: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # Only the hanging case may time out; the others get time for the fork server's first start.
     timeout = 3 if status == "timeout" else 300

@@ -41,6 +41,7 @@ def run_lines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return {"run_dir": run_dir, **{line["case_id"]: line for line in iter_results(run_dir)}}  # type: ignore[dict-item]
 
 
+@pytest.mark.slow
 def test_a_suite_on_two_ranks_reports_world_size_and_every_rank(run_lines: dict) -> None:
     line = run_lines["set@0.5"]
     assert line["status"] == "ok" and line["world_size"] == 2
@@ -58,6 +59,7 @@ def test_a_suite_on_two_ranks_reports_world_size_and_every_rank(run_lines: dict)
     assert (run_lines["run_dir"] / "ranks" / "rank1" / line["profile"]["trace"]).exists()
 
 
+@pytest.mark.slow
 def test_a_failed_rank_fails_its_case_with_its_traceback_and_the_suite_goes_on(run_lines: dict) -> None:
     line = run_lines["fault_rank@0.5"]
     assert line["status"] == "error" and line["world_size"] == 2

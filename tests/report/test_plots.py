@@ -80,6 +80,7 @@ def test_labels_from_the_suite_are_drawn_as_text(tmp_path: Path) -> None:
     assert "barter $x_{1}$ 100%" in [t.get_text() for t in figure.legends[0].get_texts()]
 
 
+@pytest.mark.slow
 def test_a_report_plot_is_the_same_svg_each_time(derived: pd.DataFrame) -> None:
     # Saved under the report's style (fixed SVG id salt): re-rendering a report changes no byte.
     from dstbench.report.sections import render_sections

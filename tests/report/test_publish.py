@@ -56,6 +56,7 @@ def test_history_follows_time_order(published_site: Path) -> None:
     assert any(tag == "img" for tag, _ in page.tags)
 
 
+@pytest.mark.slow
 def test_publishing_again_keeps_earlier_runs(published_site: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -73,6 +73,7 @@ def plugin_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         sys.modules.pop(name, None)
 
 
+@pytest.mark.slow
 def test_entry_points_load_after_the_built_in_sections(
     plugin_modules: dict[str, importlib.metadata.EntryPoint], monkeypatch: pytest.MonkeyPatch, synthetic_run: Path
 ) -> None:
@@ -88,6 +89,7 @@ def test_entry_points_load_after_the_built_in_sections(
     sections.sections()
 
 
+@pytest.mark.slow
 def test_a_broken_plugin_warns_by_name_and_leaves_nothing_behind(
     plugin_modules: dict[str, importlib.metadata.EntryPoint], monkeypatch: pytest.MonkeyPatch, synthetic_run: Path
 ) -> None:

@@ -42,6 +42,7 @@ def extra_sections() -> Iterator[None]:
     sections._SECTIONS.update(before)
 
 
+@pytest.mark.slow
 def test_registered_sections_reach_the_page(extra_sections: None, synthetic_run: Path) -> None:
     derived = derive(load_frame([synthetic_run]), "rigl")
     page = build_page(derived, [synthetic_run])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dstbench.results.coverage import PlannedCase, record_cases, run_coverage
 from dstbench.results.derive import derive, load_frame
 from dstbench.report.html import build_page, render_html, render_markdown
@@ -25,6 +27,7 @@ def _run(tmp_path: Path, name: str, drop: set[str], selected: list[str]) -> Path
     return run
 
 
+@pytest.mark.slow
 def test_an_incomplete_run_is_flagged_everywhere(tmp_path: Path) -> None:
     every = [p.case_id for p in PLANNED]
     run = _run(tmp_path, "stopped", {"barter@0.1", "rigl@0.1"}, every)

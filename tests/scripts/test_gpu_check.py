@@ -28,6 +28,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     return _run(out, "--budget", "500"), out
 
 
+@pytest.mark.slow
 def test_every_step_runs_on_the_cpu(dry_run: tuple[subprocess.CompletedProcess, Path]) -> None:
     proc, out = dry_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -37,6 +38,7 @@ def test_every_step_runs_on_the_cpu(dry_run: tuple[subprocess.CompletedProcess, 
     assert (out / "gpu_check.log").read_text().endswith(proc.stdout[-200:])
 
 
+@pytest.mark.slow
 def test_the_outputs_hold_the_runs_reports_and_profiles(dry_run: tuple[subprocess.CompletedProcess, Path]) -> None:
     _, out = dry_run
     assert "<html" in (out / "l40_vit_short.html").read_text()[:500].lower()
@@ -53,6 +55,7 @@ def test_the_outputs_hold_the_runs_reports_and_profiles(dry_run: tuple[subproces
     assert len(traces) == 2
 
 
+@pytest.mark.slow
 def test_a_spent_budget_skips_the_steps_and_still_packs(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--budget", "25", timeout=120)
     assert proc.returncode == 1
