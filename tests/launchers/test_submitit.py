@@ -23,7 +23,7 @@ from dstbench.suite.plan import expand_cases
 from dstbench.cli import main
 from dstbench.execution.launchers.submitit.job import TimeLimit, run_job, time_limit_handler
 from dstbench.execution.launchers.submitit.launcher import load_jobs, slurm_parameters, status_for_state
-from dstbench.execution.launchers.submitit.local_jobs import cancel_local_jobs, ignores_sigint
+from dstbench.execution.launchers.submitit.local_jobs import cancel_local_jobs, descendants, ignores_sigint
 from dstbench.results.record import CaseResult, iter_results
 from dstbench.execution.orchestrator import plan_run, run_suite
 from dstbench.suite.plan import resume_conflicts
@@ -134,6 +134,27 @@ def test_a_job_whose_controller_ignores_sigint_is_still_cancelled(tmp_path: Path
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert survivors(pids, 10.0) == []  # the job's process and its controller
 
+
+def test_a_process_tree_and_its_ignored_sigint_are_read_from_proc() -> None:
+    # What cancel_local_jobs relies on: which processes ignore SIGINT, and the tree below a controller.
+    script = (
+        "import signal, subprocess, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not children and time.monotonic() < deadline:
+            time.sleep(0.05)
+            children = descendants(parent.pid)
+        assert len(children) == 1
+        assert ignores_sigint(parent.pid) and ignores_sigint(children[0])  # set in one, inherited by the other
+        assert ignores_sigint(os.getpid()) == (signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    finally:
+        parent.kill()
+        parent.wait()
+        reap_all(children)
 
 @pytest.mark.slow
 def test_sighup_leaves_the_jobs_running_and_resume_reattaches_without_resubmitting(tmp_path: Path) -> None:
