@@ -25,6 +25,7 @@ from dstbench.execution.case_setup import CaseTask, Progress, failed_result
 from dstbench.execution.launchers.base import Launcher, register_launcher
 from dstbench.execution.launchers.oom_kills import oom_kill_count, oom_kill_evidence
 from dstbench.execution.launchers.subprocess.config import SubprocessConfig
+from dstbench.execution.launchers.subprocess.main_module import main_module_withheld
 from dstbench.execution.launchers.subprocess.placement import Placement
 from dstbench.results.record import CaseResult
 from dstbench.execution.rounds import run_alone
@@ -154,7 +155,8 @@ class SubprocessCase:
             target=case_process_main, args=(child, self.task, self.placement), name=f"dstbench-case-{self.task.case['method']}"
         )
         try:
-            self.process.start()
+            with main_module_withheld():  # the caller's script never runs again in a case process
+                self.process.start()
         except OSError as exc:  # no process (too many open files, a broken fork server): this case fails, the run goes on
             self._fail("crash", f"could not start the case process: {exc}")
             return
