@@ -2,7 +2,8 @@
 hardware, and what does it cost in accuracy?
 
 Stable Python API (`dstbench.api` for runs, `dstbench.methods` and `dstbench.dst` for methods):
-    run_suite(suite, out="runs", *, overrides=, only=, densities=, ...) -> Run   as `dstbench run`
+    run_suite(suite, out="runs", *, overrides=, only=, densities=, ...) -> Run   as `dstbench run`;
+                                     RunFailed when every case failed
     load_run(path) -> Run            a run folder: .frame(), .segments(), .check(), .report(...)
     compare(baseline, current, ...) -> Comparison   as `dstbench compare`: .passed, .frame()
     load_suite(path, overrides=None) -> SuiteConfig  a suite file, validated
@@ -32,6 +33,7 @@ _API = {
     "register_method": "dstbench.dst.registry",
     "Comparison": "dstbench.api",
     "Run": "dstbench.api",
+    "RunFailed": "dstbench.api",
     "compare": "dstbench.api",
     "load_run": "dstbench.api",
     "load_suite": "dstbench.api",

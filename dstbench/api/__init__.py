@@ -10,7 +10,8 @@
     assert comparison.passed, comparison.text()
 
 Each function does what the command of the same name does, without printing (except `run_suite`'s
-progress on stderr, as `dstbench run`), and raises instead of returning an exit code:
+progress on stderr, as `dstbench run`; `progress=False` silences it), and raises instead of
+returning an exit code: `RunFailed` when every case of a run failed (it measured nothing),
 `dstbench.suite.loading.SuiteError` for an unusable suite or selection,
 `dstbench.results.run_folder.RunDirError` for a folder that is not a run,
 `dstbench.gates.compare.CompareInputError` for runs that cannot be compared.
@@ -23,12 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstbench.api.comparison import Comparison
-from dstbench.api.run import Run
+from dstbench.api.run import Run, RunFailed, failed_cases
 
 if TYPE_CHECKING:
     from dstbench.suite.schema import SuiteConfig
 
-__all__ = ["Comparison", "Run", "compare", "load_run", "load_suite", "run_suite"]
+__all__ = ["Comparison", "Run", "RunFailed", "compare", "load_run", "load_suite", "run_suite"]
 
 
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> "SuiteConfig":
@@ -49,21 +50,38 @@ def run_suite(
     device: str | None = None,
     resume: bool | str | Path | None = None,
     retry_failed: bool = False,
+    raise_on_failure: bool = True,
+    progress: bool = True,
 ) -> Run:
     """Run a suite file into a new run folder under `out` (as `dstbench run`) and return the run.
 
     `overrides` set suite keys before validation (`--set`), `only` selects method labels, `densities`
     densities, `device` overrides the suite's; `resume` continues a run folder (True: the newest run of
-    this suite under `out`). Failed cases and failed expectations do not raise: the run holds them
-    (`Run.check()`); an unusable suite or selection raises `SuiteError` before anything is written.
+    this suite under `out`). An unusable suite or selection raises `SuiteError` before anything is
+    written. A run whose every case failed measured nothing: it raises `RunFailed` (naming each case
+    and the line of its error the terminal shows) unless `raise_on_failure=False`. Some cases failed: the run is returned
+    and a warning names them (`Run.check()` does not pass); failed expectations do not raise.
+    Progress goes to stderr, as `dstbench run` prints it (`progress=False`: none); nothing to stdout.
     """
-    from dstbench.execution.orchestrator import run_suite as _run_suite
+    import warnings
 
+    from dstbench.execution.orchestrator import run_suite as _run_suite
+    from rich.console import Console
+
+    console = None if progress else Console(stderr=True, quiet=True)
     run_dir = _run_suite(
         suite, out=out, overrides=overrides, only=only, densities=densities, device=device,
-        resume=str(resume) if isinstance(resume, Path) else resume, retry_failed=retry_failed,
+        resume=str(resume) if isinstance(resume, Path) else resume, retry_failed=retry_failed, console=console,
     )
-    return Run(Path(run_dir))
+    run = Run(Path(run_dir))
+    lines = run.lines()
+    failed = failed_cases(lines)
+    if raise_on_failure and len(failed) == len({line.get("case_id") for line in lines}):
+        raise RunFailed(run, failed)
+    if failed:
+        listed = "; ".join(f"{case_id} ({why})" for case_id, why in failed.items())
+        warnings.warn(f"{len(failed)} case(s) of the run in {run.path} failed: {listed}", stacklevel=2)
+    return run
 
 
 def load_run(path: str | Path) -> Run:

@@ -26,6 +26,30 @@ SEGMENT_FIELDS = ("segment_ms", "segment_group", "segment_round", "segment_proce
 NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches")
 
 
+def failed_cases(lines: list[dict[str, Any]]) -> dict[str, str]:
+    """The cases whose latest line is not `ok`, each as "status: error", the error's line that the
+    terminal shows (a traceback's last: the exception and its message)."""
+    from dstbench.util.text import clip, last_line
+
+    latest = {line.get("case_id"): line for line in lines}
+    return {
+        str(case_id): f"{line.get('status')}: {clip(last_line(line.get('error'), 'no error recorded'), 300)}"
+        for case_id, line in latest.items()
+        if line.get("status") != "ok"
+    }
+
+
+class RunFailed(RuntimeError):
+    """`run_suite` measured nothing: every case of the run failed. `.run` is the run folder (its
+    lines say why), `.failed` each case's status and first error line."""
+
+    def __init__(self, run: "Run", failed: dict[str, str]) -> None:
+        self.run = run
+        self.failed = failed
+        listed = "; ".join(f"{case_id} ({why})" for case_id, why in failed.items()) or "no case wrote a line"
+        super().__init__(f"every case of the run in {run.path} failed: {listed}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     """A run folder: its result lines as frames, its verdict, its reports. Reading never imports torch."""

@@ -14,6 +14,7 @@ import dstbench
 from dstbench.results.run_folder import RunDirError
 from dstbench.suite.loading import SuiteError
 from tests.conftest import micro_suite
+from tests.launchers.fault_methods import PLUGIN
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,3 +133,27 @@ def test_load_errors_are_raised_not_exit_codes(tmp_path: Path, suite_file: Path)
     with pytest.raises(SuiteError):
         dstbench.run_suite(bad, out=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_whose_every_case_failed_raises_run_failed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "failing.yaml"
+    suite.write_text(yaml.safe_dump(micro_suite(plugins=[PLUGIN], methods=["fault_error"])))
+    with pytest.raises(dstbench.RunFailed, match=r"fault_error@0\.5 \(error: ValueError: injected failure") as raised:
+        dstbench.run_suite(suite, out=tmp_path / "runs", progress=False)
+    assert list(raised.value.failed) == ["fault_error@0.5"]
+    assert [line["status"] for line in raised.value.run.lines()] == ["error"]  # the line is kept
+    printed = capsys.readouterr()
+    assert printed.out == "" and "case 1/1" not in printed.err  # progress=False: nothing on either stream
+    with pytest.warns(UserWarning, match=r"fault_error@0\.5"):
+        run = dstbench.run_suite(suite, out=tmp_path / "kept", raise_on_failure=False, progress=False)
+    assert not run.check().passed
+
+
+def test_a_run_where_some_cases_failed_returns_and_warns_naming_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "mixed.yaml"
+    suite.write_text(yaml.safe_dump(micro_suite(plugins=[PLUGIN], methods=["dense", "fault_error"])))
+    with pytest.warns(UserWarning, match=r"1 case\(s\) .* failed: fault_error@0\.5 \(error: ValueError"):
+        run = dstbench.run_suite(suite, out=tmp_path / "runs")
+    assert not run.check().passed and {line["status"] for line in run.lines()} == {"ok", "error"}
+    printed = capsys.readouterr()
+    assert printed.out == "" and "case 1/2" in printed.err  # progress on stderr, nothing on stdout
