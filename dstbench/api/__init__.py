@@ -59,14 +59,16 @@ def run_suite(
     densities, `device` overrides the suite's; `resume` continues a run folder (True: the newest run of
     this suite under `out`). An unusable suite or selection raises `SuiteError` before anything is
     written. A run whose every case failed measured nothing: it raises `RunFailed` (naming each case
-    and the line of its error the terminal shows) unless `raise_on_failure=False`. Some cases failed: the run is returned
-    and a warning names them (`Run.check()` does not pass); failed expectations do not raise.
-    Progress goes to stderr, as `dstbench run` prints it (`progress=False`: none); nothing to stdout.
+    and the line of its error the terminal shows) unless `raise_on_failure=False`. Some cases
+    failed: the run is returned and a warning names them (`Run.check()` does not pass); failed
+    expectations do not raise. Progress goes to stderr, as `dstbench run` prints it
+    (`progress=False`: none); nothing goes to stdout.
     """
     import warnings
 
-    from dstbench.execution.orchestrator import run_suite as _run_suite
     from rich.console import Console
+
+    from dstbench.execution.orchestrator import run_suite as _run_suite
 
     console = None if progress else Console(stderr=True, quiet=True)
     run_dir = _run_suite(

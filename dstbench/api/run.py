@@ -41,7 +41,8 @@ def failed_cases(lines: list[dict[str, Any]]) -> dict[str, str]:
 
 class RunFailed(RuntimeError):
     """`run_suite` measured nothing: every case of the run failed. `.run` is the run folder (its
-    lines say why), `.failed` each case's status and first error line."""
+    lines keep each error whole), `.failed` each case's status and the line of its error the
+    terminal shows."""
 
     def __init__(self, run: "Run", failed: dict[str, str]) -> None:
         self.run = run
