@@ -24,7 +24,7 @@ from dstbench.execution.orchestrator import run_suite
 from dstbench.execution.rounds import fits
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
-from tests.faults.processes import start_interruptible
+from tests.faults.processes import start_with_sigint
 from tests.launchers.fault_methods import PLUGIN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,7 @@ def test_resume_of_an_interrupted_interleaved_group_times_it_again_whole(tmp_pat
     hang_file.touch()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DSTBENCH_FAULT_HANG_FILE": str(hang_file)}
     command = [sys.executable, "-m", "dstbench", "run", str(suite), "--out", str(out)]
-    process = start_interruptible(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_with_sigint(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # the first group's lines; the second group then hangs

@@ -16,7 +16,7 @@ import yaml
 from dstbench.cli import main
 from dstbench.results.record import iter_results
 from tests.conftest import micro_suite
-from tests.faults.processes import start_interruptible
+from tests.faults.processes import start_with_sigint
 from tests.launchers.fault_methods import PLUGIN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_resume_after_a_kill_runs_only_the_missing_cases(tmp_path: Path) -> None
     hang_file.touch()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DSTBENCH_FAULT_HANG_FILE": str(hang_file)}
     command = [sys.executable, "-m", "dstbench", "run", str(suite), "--out", str(out)]
-    process = start_interruptible(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_with_sigint(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # wait for the first case's line; the second case hangs

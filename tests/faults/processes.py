@@ -57,12 +57,10 @@ def reap_all(pids: list[int]) -> None:
                 pass
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-
-def start_interruptible(command: list[str], **popen: Any) -> subprocess.Popen:
-    """`command` started with SIGINT at its default, as a terminal's foreground command has it, so
-    that a test's SIGINT is Ctrl-C: a test run started from a background shell ignores SIGINT, and
-    the processes it starts would inherit that."""
-    return subprocess.Popen(command, preexec_fn=_sigint_default, **popen)
+def start_with_sigint(command: list[str], sigint: str = "default", **popen: Any) -> subprocess.Popen:
+    """`command` started with SIGINT "default", as a terminal's foreground command has it (a test's
+    SIGINT is then Ctrl-C), or "ignored", as a background shell leaves it; whichever way this test
+    process was started, since the processes it starts would inherit its own."""
+    disposition = {"default": signal.SIG_DFL, "ignored": signal.SIG_IGN}[sigint]
+    return subprocess.Popen(command, preexec_fn=lambda: signal.signal(signal.SIGINT, disposition), **popen)

@@ -30,7 +30,7 @@ from dstbench.suite.plan import resume_conflicts
 from dstbench.util.files import RESULTS_FILE, slug
 from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite
-from tests.faults.processes import alive, reap_all, survivors, wait_for_file
+from tests.faults.processes import alive, reap_all, start_with_sigint, survivors, wait_for_file
 from tests.launchers.fault_methods import PLUGIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,16 +57,12 @@ def write_suite(path: Path, methods: list, launcher: dict) -> Path:
 
 def start_driver(suite: Path, out: Path, sigint: str = "default") -> subprocess.Popen:
     """`dstbench run` in a process of its own, its output in files beside the suite (local jobs
-    inherit the driver's streams: a pipe would stay open while they run). `sigint`: "default", as a
-    terminal's foreground command has it, or "ignored", as a background shell leaves it, whichever
-    way this test process was started."""
+    inherit the driver's streams: a pipe would stay open while they run), SIGINT "default" or
+    "ignored" in it (`start_with_sigint`)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "dstbench", "run", str(suite), "--out", str(out)]
-    disposition = {"default": signal.SIG_DFL, "ignored": signal.SIG_IGN}[sigint]
     with open(suite.with_suffix(".out"), "w") as stdout, open(suite.with_suffix(".err"), "w") as stderr:
-        return subprocess.Popen(
-            command, env=env, cwd=ROOT, stdout=stdout, stderr=stderr, preexec_fn=lambda: signal.signal(signal.SIGINT, disposition)
-        )
+        return start_with_sigint(command, sigint, env=env, cwd=ROOT, stdout=stdout, stderr=stderr)
 
 
 def stop_driver(driver: subprocess.Popen, signum: int, suite: Path) -> str:
@@ -155,6 +151,7 @@ def test_a_process_tree_and_its_ignored_sigint_are_read_from_proc() -> None:
         parent.kill()
         parent.wait()
         reap_all(children)
+
 
 @pytest.mark.slow
 def test_sighup_leaves_the_jobs_running_and_resume_reattaches_without_resubmitting(tmp_path: Path) -> None:
