@@ -69,6 +69,7 @@ def run_suite(
     from rich.console import Console
 
     from dstbench.execution.orchestrator import run_suite as _run_suite
+    from dstbench.suite.cases import line_keys
 
     console = None if progress else Console(stderr=True, quiet=True)
     run_dir = _run_suite(
@@ -78,7 +79,7 @@ def run_suite(
     run = Run(Path(run_dir))
     lines = run.lines()
     failed = failed_cases(lines)
-    if raise_on_failure and len(failed) == len({line.get("case_id") for line in lines}):
+    if raise_on_failure and len(failed) == len(set(line_keys(lines))):
         raise RunFailed(run, failed)
     if failed:
         listed = "; ".join(f"{case_id} ({why})" for case_id, why in failed.items())

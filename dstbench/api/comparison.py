@@ -42,11 +42,11 @@ class Comparison:
     @property
     def only_baseline(self) -> list[str]:
         """Cases the baseline has and the current run lacks."""
-        return [_case(key) for key in self.result.only_baseline]
+        return [_case(key, self.result) for key in self.result.only_baseline]
 
     @property
     def only_current(self) -> list[str]:
-        return [_case(key) for key in self.result.only_current]
+        return [_case(key, self.result) for key in self.result.only_current]
 
     @property
     def env_differences(self) -> list[str]:
@@ -71,8 +71,8 @@ class Comparison:
 
         rows: list[dict[str, Any]] = []
         for case in self.result.cases:
-            _, method, density = case.key
-            base = {"case_id": case.case, "method": method, "density": density}
+            _, method, density, seed = case.key
+            base = {"case_id": case.case, "method": method, "density": density, "seed": seed}
             status_verdict = (
                 "regression" if case.baseline_status == "ok" != case.current_status
                 else "improvement" if case.current_status == "ok" != case.baseline_status else "unchanged"
@@ -96,7 +96,8 @@ def _minus_one(value: float) -> float:
     return value - 1 if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
 
 
-def _case(key: tuple[str, str, float]) -> str:
-    from dstbench.suite.cases import case_id
+def _case(key: tuple[str, str, float, int | None], result: Any) -> str:
+    """A case one run lacks, as `case` names the compared ones (with its seed where the runs hold several)."""
+    from dstbench.gates.compare import key_text, several_seeds
 
-    return case_id(key[1], key[2])
+    return key_text(key, seeded=several_seeds(result.baseline, result.current))

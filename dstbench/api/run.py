@@ -16,22 +16,26 @@ if TYPE_CHECKING:
 # derived figure). Columns a run lacks (no accuracy, no sweep) are left out.
 FRAME_COLUMNS = (
     "case_id", "method", "method_name", "kind", "execution", "density", "density_achieved", "density_off_target",
-    "sweep", "status", "error", "median_ms", "iqr_ms", "ms_per_step", "images_per_s", "reference", "speedup",
+    "sweep", "seed", "seeds", "failed_seeds", "status", "error", "median_ms", "iqr_ms", "ms_per_step", "images_per_s", "reference", "speedup",
     "speedup_ci_low", "speedup_ci_high", "speedup_covers", "speedup_vs_dense", "speedup_vs_dense_ci_low",
     "speedup_vs_dense_ci_high", "flop_limit", "flop_fraction", "shape_limit", "memory_basis", "memory_bytes",
     "memory_reduction", "state_bytes", "state_ratio", "activation_bytes", "activation_ratio", "peak_memory_bytes",
-    "topology_share", "top1", "noise_level", "contended", "implausible", "run",
+    "topology_share", "top1", "top1_ci_low", "top1_ci_high", "top1_std", "top1_drop", "top1_drop_ci_low",
+    "top1_drop_ci_high", "top1_drop_seeds", "noise_level", "contended", "implausible", "run",
 )
 SEGMENT_FIELDS = ("segment_ms", "segment_group", "segment_round", "segment_process", "segment_slot", "segment_start_s")
 NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches")
 
 
 def failed_cases(lines: list[dict[str, Any]]) -> dict[str, str]:
-    """The cases whose latest line is not `ok`, each as "status: error", the error's line that the
-    terminal shows (a traceback's last: the exception and its message)."""
+    """The cases whose latest line is not `ok` (by case id, and by seed where the lines hold several),
+    each as "status: error", the error's line that the terminal shows (a traceback's last: the
+    exception and its message)."""
     from dstbench.util.text import clip, last_line
 
-    latest = {line.get("case_id"): line for line in lines}
+    from dstbench.suite.cases import line_keys
+
+    latest = dict(zip(line_keys(lines), lines))  # each seed of a case is its own
     return {
         str(case_id): f"{line.get('status')}: {clip(last_line(line.get('error'), 'no error recorded'), 300)}"
         for case_id, line in latest.items()
@@ -79,12 +83,19 @@ class Run:
 
         return list(iter_results(self.path))
 
-    def frame(self, reference: str | None = None, *, all_columns: bool = False) -> "pd.DataFrame":
+    def frame(self, reference: str | None = None, *, all_columns: bool = False, per_seed: bool = False) -> "pd.DataFrame":
         """One row per case: its status, times, speedup against `reference` (default: the suite's)
-        and against dense with their 95% intervals, memory and its reduction, the limits, and the
-        flags (`contended`, `implausible`, `density_off_target`). Figures as `dstbench report`
-        computes them."""
+        and against dense with their 95% intervals, memory and its reduction, the limits, the
+        flags (`contended`, `implausible`, `density_off_target`), and top-1 over the seeds the
+        case ran with (`seeds:`): `seeds` (ok lines pooled), `top1` (their mean), `top1_ci_low`,
+        `top1_ci_high` (95% Student-t interval; NaN with one seed), `top1_std`, and `top1_drop`
+        (dense's top-1 minus the case's, paired by seed) with its interval; a case is `ok` when
+        every seed is (`failed_seeds`); its other figures are its first seed's
+        (`dstbench.report.seeds.pool_seeds`). `per_seed=True`: one row per (case, seed), each
+        figure that seed's own, as `dstbench report` computes them (speedups against the same seed's
+        reference)."""
         from dstbench.report.headline import choose_reference
+        from dstbench.report.seeds import pool_seeds
         from dstbench.results.derive import derive, load_frame
 
         frame = load_frame([self.path])
@@ -94,12 +105,14 @@ class Run:
         if chosen is None:
             raise ValueError(problem)
         derived = derive(frame, chosen).reset_index(drop=True)
+        if not per_seed:
+            derived = pool_seeds(derived).drop(columns=["seed"], errors="ignore")  # a row is every seed's
         if all_columns:
             return derived
         return derived[[c for c in FRAME_COLUMNS if c in derived.columns]]
 
     def segments(self) -> "pd.DataFrame":
-        """One row per timed segment: `case_id`, `method`, `density`, the segment's `ms`, `group`,
+        """One row per timed segment: `case_id`, `method`, `density`, `seed`, the segment's `ms`, `group`,
         `round`, `process` (which process set timed it), `slot` (its place in the round's order),
         `start_s`, and the noise the segment saw (`cpu_share`, `wait_share`, `steal_share`,
         `involuntary_switches`) where recorded."""
@@ -114,7 +127,7 @@ class Run:
             noise = line.get("noise") if isinstance(line.get("noise"), dict) else {}
             for i, ms in enumerate(times):
                 row: dict[str, Any] = {"case_id": line["case_id"], "method": line["method"], "density": line["density"],
-                                       "segment": i, "ms": ms}
+                                       "seed": line.get("seed"), "segment": i, "ms": ms}
                 for field in SEGMENT_FIELDS[1:]:
                     values = line.get(field)
                     row[field.removeprefix("segment_")] = values[i] if isinstance(values, list) and i < len(values) else None
@@ -122,7 +135,7 @@ class Run:
                     values = noise.get(series)
                     row[series] = values[i] if isinstance(values, list) and i < len(values) else None
                 rows.append(row)
-        columns = ["case_id", "method", "density", "segment", "ms", "group", "round", "process", "slot", "start_s", *NOISE_SERIES]
+        columns = ["case_id", "method", "density", "seed", "segment", "ms", "group", "round", "process", "slot", "start_s", *NOISE_SERIES]
         return pd.DataFrame(rows, columns=columns)
 
     def check(self, *, allow_incomplete: bool = False) -> "RunVerdict":

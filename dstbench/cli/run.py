@@ -58,16 +58,20 @@ def print_plan(plan: Any) -> None:
     print(f"device {suite.device}, mode {suite.mode}, batch {suite.batch_size}, precision {suite.precision}, "
           f"model {suite.model.name}; per case: {', then '.join(what)}")
     print(f"launcher {_launcher_text(suite.launcher)}; reference {suite.reference}; {len(suite.expect)} expectation(s)")
+    if suite.seeds is not None:
+        timed = "every seed" if suite.timing.per_seed or suite.mode == "accuracy" else f"seed {suite.seeds[0]} only"
+        print(f"seeds {', '.join(map(str, suite.seeds))}: every case once per seed, seed by seed"
+              + (f"; speed segments: {timed}" if suite.mode != "accuracy" else ""))
     if suite.compile.enabled:
         print("compile: " + ", ".join(f"{k}={v!r}" for k, v in suite.compile.options().items()) + " (every method alike)")
-    done = {c.case_id for c in plan.cases} - {c.case_id for c in plan.todo}
+    done = {c.key for c in plan.cases} - {c.key for c in plan.todo}
     points = {json.dumps(values, sort_keys=True): point for values, point in suite.points}
     if points:
         print(f"sweep ({suite.sweep_mode}) over {', '.join(suite.sweep)}: {len(points)} points, each validated as a suite of its own")
     for members in by_point(plan.cases):
         rows = [
-            (c.case_id, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
-             "done" if c.case_id in done else "to run")
+            (c.key, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
+             "done" if c.key in done else "to run")
             for c in members
         ]
         point = points.get(json.dumps(members[0].sweep, sort_keys=True)) if members[0].sweep is not None else None

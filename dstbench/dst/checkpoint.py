@@ -7,7 +7,7 @@ position embeddings are resampled to the model's grid and the patch embedding to
 ImageNet weights at 224/16 can start a 32x32/4 CIFAR model. A classifier head of another class
 count is left freshly initialised; any other mismatch is an error.
 
-Case checkpoints (accuracy mode): one file per case, `RUN_DIR/checkpoints/<case_id>.pt`, written
+Case checkpoints (accuracy mode): one file per case, `RUN_DIR/checkpoints/<case key>.pt` (the case id, and the seed with `seeds:`), written
 atomically (a temporary file, then a rename) so a kill mid-write leaves the previous one intact.
 """
 
@@ -78,8 +78,9 @@ def load_pretrained(model: torch.nn.Module, path: str | Path) -> dict[str, Any]:
 
 
 # -- case checkpoints -------------------------------------------------------------------------------
-def case_checkpoint_path(run_dir: str | Path, case_id: str) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / f"{slug(case_id, 'case')}.pt"
+def case_checkpoint_path(run_dir: str | Path, case_key: str) -> Path:
+    """Where a case's checkpoint goes; `case_key` is its id, and its seed with `seeds:` (`Case.key`)."""
+    return Path(run_dir) / CHECKPOINT_DIR / f"{slug(case_key, 'case')}.pt"
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:

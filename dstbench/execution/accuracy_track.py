@@ -7,7 +7,7 @@ Top-1 (and Top-5 when there are more than 5 classes) on the test split is measur
 `eval_every` epochs and after the last; each evaluation is a point of the result's `curve`.
 
 Every `checkpoint_every` epochs the case's whole training state goes to
-`RUN_DIR/checkpoints/<case_id>.pt`: the method's `state_dict()` (weights at their current compact
+`RUN_DIR/checkpoints/<case key>.pt` (the case id, and the seed with `seeds:`): the method's `state_dict()` (weights at their current compact
 shapes, optimizer state, masks or topology, schedule position, the method's generator, the LR
 scheduler), the epoch reached, the curve so far and the global RNG states (Python, numpy, torch).
 With `resume`, a case starts from that file; since each epoch's data order depends only on
@@ -129,7 +129,7 @@ def _rng_states() -> list[dict[str, Any]]:
 
 def _resume_from(path: Path, method: Method, suite: SuiteConfig, case: Case, steps_per_epoch: int) -> dict[str, Any]:
     state = ckpt.load_checkpoint(path)
-    expected = {"format": ckpt.CASE_FORMAT, "case_id": case.case_id, "suite_hash": suite.setup_hash(), "steps_per_epoch": steps_per_epoch}
+    expected = {"format": ckpt.CASE_FORMAT, "case_id": case.case_id, "seed": case.seed, "suite_hash": suite.setup_hash(), "steps_per_epoch": steps_per_epoch}
     wrong = {k: state.get(k) for k, v in expected.items() if state.get(k) != v}
     if wrong:
         raise ValueError(f"{path} is from another setup ({wrong}, expected {expected}); delete it to start the case afresh")
@@ -154,7 +154,7 @@ def measure_accuracy(
     shape = input_shape(create_vit(suite.model.name, device="meta", **suite.model.kwargs))
     datasets = build_datasets(data, shape)
     pin = device.type == "cuda"
-    train = EpochLoader(datasets.train, suite.batch_size, data.num_workers, suite.seed, pin_memory=pin)
+    train = EpochLoader(datasets.train, suite.batch_size, data.num_workers, case.run_seed(suite.seed), pin_memory=pin)
     test = eval_loader(datasets.test, acc.eval_batch_size, data.num_workers, pin_memory=pin)
     steps_per_epoch = len(train)
     total_steps = acc.epochs * steps_per_epoch
@@ -168,7 +168,7 @@ def measure_accuracy(
     method.lr_scheduler = warmup_cosine(
         method.optimizer, round(acc.warmup_epochs * steps_per_epoch), total_steps, acc.min_lr
     )
-    path = ckpt.case_checkpoint_path(run_dir, case.case_id)
+    path = ckpt.case_checkpoint_path(run_dir, case.key)  # each seed its own file
     start_epoch, curve, train_time = 0, [], 0.0
     if resume and path.exists():
         try:
@@ -208,7 +208,7 @@ def measure_accuracy(
             rng = _rng_states()
             if distributed.rank() == 0:  # the ranks hold the same weights and topology
                 ckpt.save_atomic({
-                    "format": ckpt.CASE_FORMAT, "case_id": case.case_id, "suite_hash": suite.setup_hash(),
+                    "format": ckpt.CASE_FORMAT, "case_id": case.case_id, "seed": case.seed, "suite_hash": suite.setup_hash(),
                     "steps_per_epoch": steps_per_epoch, "epoch": epoch, "curve": curve, "train_time_s": train_time,
                     "method_state": method.state_dict(), "rng": rng[0], **({"rng_ranks": rng} if len(rng) > 1 else {}),
                 }, path)

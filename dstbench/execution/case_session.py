@@ -93,7 +93,7 @@ class CaseSession:
         self.case = Case.from_dict(task.case)
         self.threads = resolve_threads(self.suite.threads)
         self.result = base_result(self.suite, self.case)
-        self.timed = self.suite.mode in ("speed", "both")
+        self.timed = self.case.mode(self.suite.mode) in ("speed", "both")  # a later seed may train for accuracy alone
         # This process set's share of the rounds (dstbench.execution.rounds): all of them by default.
         self.segments = (self.suite.timing.segments if task.rounds is None else task.rounds) if self.timed else 0
         self.method: Method | None = None
@@ -126,7 +126,7 @@ class CaseSession:
             return ready
         timing = suite.timing
         self.method = method = build_method(suite, self.case, device, timing.schedule_steps)
-        self.batches, data_loading = speed_batches(suite, method.model, device)
+        self.batches, data_loading = speed_batches(suite, method.model, device, self.case.run_seed(suite.seed))
         flops, activations = FlopCounter(), ActivationCounter(method.model)
         with flops, activations:
             method.train_segment(self.batches, 1)
@@ -207,7 +207,7 @@ class CaseSession:
         else:
             self._compile.write(self.result)  # the options an accuracy-only case trained under
         # The accuracy track and the profile run once per case: in its last process set.
-        if suite.mode in ("accuracy", "both") and self.task.extras:
+        if self.case.mode(suite.mode) in ("accuracy", "both") and self.task.extras:
             from dstbench.execution.accuracy_track import measure_accuracy
 
             measure_accuracy(suite, self.case, device, result, Path(self.task.run_dir), self.progress, resume=self.task.resume)
@@ -231,7 +231,7 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
     """Run one case alone, start to end, and return its result; exceptions propagate (see
     `execute_case`). A group of one: the launchers' scheduler drives the same session."""
     session = CaseSession(task, progress)
-    group = new_group_id(session.case.case_id)
+    group = new_group_id(session.case.key)
     with use_threads(session.threads):
         try:
             session.open()

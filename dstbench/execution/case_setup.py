@@ -76,8 +76,10 @@ def seed_everything(seed: int) -> None:
 
 
 def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_steps: int, **harness: Any) -> Method:
-    """A fresh model (same initial weights for every method of a suite) wrapped by the case's method."""
-    seed_everything(suite.seed)
+    """A fresh model (same initial weights for every method of a suite at one seed) wrapped by the
+    case's method; the seed is the case's (one of the suite's `seeds`), else the suite's."""
+    seed = case.run_seed(suite.seed)
+    seed_everything(seed)
     model = create_vit(suite.model.name, device=device, **suite.model.kwargs)
     if suite.model.checkpoint:
         from dstbench.dst.checkpoint import load_pretrained
@@ -91,7 +93,7 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
         optimizer=suite.optimizer.model_dump(),
         precision=suite.precision,
         fuse_norms=suite.fuse_norms,
-        seed=suite.seed,
+        seed=seed,
         **harness,
         **case.params,
     )
@@ -99,7 +101,7 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
     if rank > 0:
         # Every rank built the same model from the same seed; from here on each draws its own
         # randomness (dropout, host-side augmentation), as the halves of one large batch would.
-        seed_everything(distributed.rank_seed(suite.seed, rank))
+        seed_everything(distributed.rank_seed(seed, rank))
     return method
 
 
@@ -114,11 +116,12 @@ def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
         density=case.density,
         params=dict(case.params),
         sweep=dict(case.sweep) if case.sweep is not None else None,
+        seed=case.run_seed(suite.seed),
         compile=suite.compile.options() if suite.compile.enabled else None,
         precision=suite.precision,
         fuse_norms=suite.fuse_norms,
         batch_size=suite.batch_size,
-        mode=suite.mode,
+        mode=case.mode(suite.mode),
         execution=case.params.get("execution", "masked") if case.kind == "masked" else None,
     )
 

@@ -29,8 +29,8 @@ from rich.console import Console
 from dstbench.execution.case_setup import CaseTask
 from dstbench.suite.cases import Case
 from dstbench.suite.plan import (
-    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, point_suite, resume_conflicts, select_cases,
-    setup_changes,
+    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, point_suite, resume_conflicts, run_line_key,
+    select_cases, setup_changes,
 )
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
@@ -141,8 +141,8 @@ def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume
             str(suite_path),
             [("--resume", f"{run_dir} ran with other settings; changed: {', '.join(conflicts)}. Its finished "
               f"cases would mix with cases measured differently: start a new run, or resume with the suite in "
-              f"{run_dir / SUITE_FILE}. Only {', '.join(RESUME_MAY_CHANGE)} may change, and methods or "
-              "densities be added.")],
+              f"{run_dir / SUITE_FILE}. Only {', '.join(RESUME_MAY_CHANGE)} may change, and methods, "
+              "densities or seeds be added.")],
         )
     return run_dir
 
@@ -190,29 +190,34 @@ def record_resume(run_dir: Path, overrides: dict[str, Any] | None) -> None:
     write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
 
 
-def _latest_lines(run_dir: Path, ok_only: bool = False) -> dict[str, dict[str, Any]]:
-    """The last line of each case in the run folder (a later line for a case wins, as in reports);
+def _latest_lines(run_dir: Path, suite: SuiteConfig, ok_only: bool = False) -> dict[str, dict[str, Any]]:
+    """The last line of each case in the run folder (a later line for a case wins, as in reports),
+    by the key `suite`'s cases have (`run_line_key`: the case id, and the seed with `seeds:`);
     `ok_only`: only those whose status is ok (`--retry-failed` times the others again)."""
-    return {str(line.get("case_id")): line for line in iter_results(run_dir) if not ok_only or line.get("status") == "ok"}
+    key = run_line_key(suite)
+    return {key(line): line for line in iter_results(run_dir) if not ok_only or line.get("status") == "ok"}
 
 
 def write_group(
-    run_dir: Path, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False
+    run_dir: Path, suite: SuiteConfig, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False
 ) -> list[CaseResult]:
     """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
     from a group) merges with its line from the other groups, less what an earlier timing of this
-    group left; a group timed again replaces its old lines; other lines are appended. `written`:
-    the ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
+    group left; a group timed again replaces its old lines; other lines are appended. Lines are
+    keyed as `suite`'s cases are (`run_line_key`), so each seed's line is its own. `written`: the
+    ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
     replaced, never merged."""
-    every_line = _latest_lines(run_dir)
+    key = run_line_key(suite)
+    every_line = _latest_lines(run_dir, suite)
     # The lines a new timing merges with: with --retry-failed a failed old line is replaced whole.
     lines = {case: line for case, line in every_line.items() if not retry_failed or line.get("status") == "ok"}
     results = []
     for result in timed.results:
-        old = lines.get(result.case_id)
+        result_key = key({"case_id": result.case_id, "seed": result.seed})
+        old = lines.get(result_key)
         if old is not None:
             earlier = [g for g in old.get("groups") or [] if g in written]
-            if result.case_id in shared or earlier:
+            if result_key in shared or earlier:
                 if not any(base_key(g) == timed.group.base for g in earlier):
                     old = strip_group(old, timed.group.base)
                 result = merge_shared(old, result)
@@ -220,10 +225,10 @@ def write_group(
     # The groups this timing made, not those a merged line carries from before this run: an old
     # group of this density counted as written would be merged with its new timing, not replaced.
     written.update([timed.group_id, *(g for r in timed.results for g in r.groups)])
-    replaced = {r.case_id for r in results} & set(every_line)
+    replaced = {key({"case_id": r.case_id, "seed": r.seed}) for r in results} & set(every_line)
     if replaced or len(results) > 1:
         # One atomic rewrite: an interruption never leaves half a group in results.jsonl.
-        replace_results(run_dir, replaced, results)
+        replace_results(run_dir, replaced, results, key=key)
     else:
         for result in results:
             append_result(run_dir, result)
@@ -245,23 +250,25 @@ def run_cases(
     point_data = {case.point: point_suite(suite, case).model_dump(mode="json") for case in cases}
     # The suite's path made absolute: a case process finds `plugins:` beside it wherever it starts.
     task_path = str(suite_path.absolute())
-    tasks = {c.case_id: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume) for c in cases}
+    tasks = {c.key: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume) for c in cases}
+    key = run_line_key(suite)
     results = []
     with RunProgress(console, suite, total_cases=len(cases)) as progress:
 
         def progress_for(case: Case) -> Callable[[str, int, int], None]:
-            progress.case_started(case.case_id)
-            return progress.for_case(case.case_id)
+            progress.case_started(case.key)
+            return progress.for_case(case.key)
 
         written_ids: set[str] = set()
         counted: set[str] = set()  # dense is reported after each of its groups, counted once
         # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
         with contextlib.closing(schedule_groups(launcher, groups, tasks, progress_for, suite.reference)) as timed_groups:
             for timed in timed_groups:
-                written = write_group(run_dir, timed, shared, written_ids, retry_failed)
+                written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed)
                 for result in written:
-                    progress.case_finished(result.case_id, result, count=result.case_id not in counted)
-                    counted.add(result.case_id)
+                    result_key = key({"case_id": result.case_id, "seed": result.seed})
+                    progress.case_finished(result_key, result, count=result_key not in counted)
+                    counted.add(result_key)
                 results += written
     return results
 
@@ -310,12 +317,12 @@ def plan_run(
         raise SuiteError(str(suite_path), problems)
     return make_plan(
         suite, suite_path, overrides, only=only, densities=densities, can_interleave=launcher.interleaves,
-        launcher=launcher, run_dir=run_dir, lines=_latest_lines(run_dir, ok_only=retry_failed) if run_dir else {},
+        launcher=launcher, run_dir=run_dir, lines=_latest_lines(run_dir, suite, ok_only=retry_failed) if run_dir else {},
     )
 
 
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
-    return [PlannedCase(c.method, c.kind, c.density, c.sweep) for c in cases]
+    return [PlannedCase(c.method, c.kind, c.density, c.sweep, c.seed) for c in cases]
 
 
 def run_suite(
@@ -347,9 +354,9 @@ def run_suite(
         run_dir = resolve_run_dir(Path(out), suite, suite_path, resume, plan.overrides, lock)
         # Which cases the suite has and which this run was asked for: reports and `check` tell an
         # unfinished run from one that selected fewer cases (dstbench.results.coverage).
-        record_cases(run_dir, planned_cases(plan.all_cases), [c.case_id for c in cases])
+        record_cases(run_dir, planned_cases(plan.all_cases), [c.key for c in cases])
         shared = plan.shared
-        todo_groups = pending_groups(plan.groups, _latest_lines(run_dir, ok_only=retry_failed), shared)  # again, under the lock
+        todo_groups = pending_groups(plan.groups, _latest_lines(run_dir, suite, ok_only=retry_failed), shared)  # again, under the lock
         todo = cases_of(todo_groups)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
@@ -362,7 +369,7 @@ def run_suite(
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
             # `--resume` runs them. Which were left is noted in run.json and said here.
-            unfinished = [c.case_id for c in cases_of(pending_groups(todo_groups, _latest_lines(run_dir), shared))]
+            unfinished = [c.key for c in cases_of(pending_groups(todo_groups, _latest_lines(run_dir, suite), shared))]
             try:
                 record_interruption(run_dir, unfinished, stop)
             except OSError:

@@ -89,7 +89,7 @@ class TimedGroup:
 
 def _timing(task: CaseTask) -> dict[str, Any]:
     timing = dict(task.suite.get("timing") or {})
-    timed = task.suite.get("mode", "speed") in ("speed", "both")
+    timed = Case.from_dict(task.case).mode(str(task.suite.get("mode", "speed"))) in ("speed", "both")
     return {
         "segments": int(timing.get("segments", 0)) if timed else 0, "processes": int(timing.get("processes", 1)),
         "settle": int(timing.get("settle_segments", 0)), "order": str(timing.get("round_order", "fixed")),
@@ -178,7 +178,7 @@ def _time_group(
     with fresh processes for all the group's cases; a case's lines from the sets are merged (its
     samples from every set). A case that failed in one set is not started in the next: its
     failure is its result. None when a set does not fit in device memory."""
-    per_case = [process_tasks(tasks[case.case_id]) for case in group.cases]
+    per_case = [process_tasks(tasks[case.key]) for case in group.cases]
     merged: list[CaseResult | None] = [None] * len(group.cases)
     crowded: set[int] = set()
     device_type = None
@@ -212,14 +212,14 @@ def run_groups(
         if not launcher.interleaves:
             for case in group.cases:  # torchrun: each case whole, alone (its ranks name their group)
                 result = None
-                for task in process_tasks(tasks[case.case_id]):  # one job per process set
+                for task in process_tasks(tasks[case.key]):  # one job per process set
                     part = launcher.run(task, progress_for(case))
-                    part.groups = part.groups or [new_group_id(case.case_id)]
+                    part.groups = part.groups or [new_group_id(case.key)]
                     result = part if result is None else merge_shared(result.to_dict(), part)
                     if result.status != "ok":
                         break
                 assert result is not None
-                yield GroupRun(Group(case.case_id, (case,)), result.groups[0], [result])
+                yield GroupRun(Group(case.key, (case,)), result.groups[0], [result])
             continue
         group_id = new_group_id(group.key)
         timed = _time_group(launcher, group, group_id, tasks, progress_for)
@@ -231,16 +231,16 @@ def run_groups(
             for index, result in enumerate(results):
                 if result.status == "oom" and index in timed.crowded:  # the others are gone now: try it as a sequential run would
                     case = group.cases[index]
-                    results[index] = run_alone(launcher, tasks[case.case_id], progress_for(case), key=f"{group.base}|{case.method}")
+                    results[index] = run_alone(launcher, tasks[case.key], progress_for(case), key=f"{group.base}|{case.method}")
                     results[index].warnings.append(OOM_ALONE)
         yield GroupRun(group, group_id, results)
 
 
 def run_alone(launcher: Launcher, task: CaseTask, progress: Progress, key: str | None = None) -> CaseResult:
     """One case in a group of its own, start to end: a launcher's `run`. `key`: the group key to
-    file it under (default: its case id)."""
+    file it under (default: its case key, `Case.key`)."""
     case = Case.from_dict(task.case)
-    group = Group(key or case.case_id, (case,))
-    timed = _time_group(launcher, group, new_group_id(group.key), {case.case_id: task}, lambda c: progress)
+    group = Group(key or case.key, (case,))
+    timed = _time_group(launcher, group, new_group_id(group.key), {case.key: task}, lambda c: progress)
     assert timed is not None  # a single case never waits for memory beside others
     return timed.results[0]

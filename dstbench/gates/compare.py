@@ -2,9 +2,11 @@
 verdicts and the gate's exit code (the command: `dstbench.cli.compare`; its report:
 `dstbench.gates.comparison_text`).
 
-Cases are matched by suite hash, method and density: a sweep's cases by their point's suite hash, so
-only cases of the same point (or of a run without a sweep at the same settings) are compared, and
-each is judged against its own point's dense. Time is judged from process-level data
+Cases are matched by suite hash, method, density and seed: a sweep's cases by their point's suite
+hash, so only cases of the same point (or of a run without a sweep at the same settings) are
+compared, and each is judged against its own point's dense; a suite's `seeds:` by seed, each
+against its own seed's dense (a line from before lines named their seed counts as its run's first
+seed), and no seed's line replaces another's. Time is judged from process-level data
 (`dstbench.results.intervals`): each side's samples grouped by the process sets that timed them,
 with the process-to-process spread pooled over that run's cases, so a process's own speed offset
 is not taken for a change. On the relative basis each case's time is taken relative
@@ -36,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from dstbench.suite.cases import case_id
+from dstbench.suite.cases import case_id, case_key
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.derive import contended_in_a_group, noise_level
+from dstbench.results.replicates import stored_seed
 from dstbench.results.intervals import (
     BetweenProcesses, UnitSamples, difference, holm, interval, judged_units, paired_units, pool_between, sample_units,
     summarize,
@@ -56,7 +59,7 @@ ENV_KEYS = (
     ("device_type", "device"), ("device_name", "GPU/CPU model"), ("torch", "torch version"), ("timm", "timm version"),
 )
 
-Key = tuple[str, str, float]
+Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
 
 
 class CompareInputError(Exception):
@@ -65,7 +68,7 @@ class CompareInputError(Exception):
 
 @dataclasses.dataclass
 class Side:
-    """One run folder: its metadata and its last result line per (suite hash, method, density)."""
+    """One run folder: its metadata and its last result line per (suite hash, method, density, seed)."""
 
     path: Path
     meta: dict[str, Any]
@@ -106,10 +109,11 @@ class CaseComparison:
     memory: list[MemoryVerdict] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     sweep: dict[str, Any] | None = None  # the sweep point (its suite hash is the key's): named in `case`
+    seeded: bool = False  # the runs hold several seeds: `case` names the key's
 
     @property
     def case(self) -> str:
-        return case_id(self.key[1], self.key[2], self.sweep)
+        return key_text(self.key, self.sweep, self.seeded)
 
     def _parts(self, verdict: str) -> list[str]:
         parts = [m.metric for m in self.memory if m.verdict == verdict]
@@ -157,9 +161,26 @@ class Comparison:
         return [c for c in self.cases if c.inconclusive and not c.regressions]
 
 
-def _key(line: dict[str, Any]) -> Key:
+def _key(line: dict[str, Any], run_seed: int | None = None) -> Key:
     # Densities are floats written by the same code; rounding guards against 0.1 vs 0.1000000001.
-    return (str(line.get("suite_hash")), str(line.get("method")), round(float(line.get("density") or 0.0), 6))
+    seed = line.get("seed")
+    return (
+        str(line.get("suite_hash")), str(line.get("method")), round(float(line.get("density") or 0.0), 6),
+        int(seed) if seed is not None else run_seed,
+    )
+
+
+def key_text(key: Key, sweep: dict[str, Any] | None = None, seeded: bool = False) -> str:
+    """A matched case as reports name it: its case id, with its seed where the runs hold several."""
+    return case_key(case_id(key[1], key[2], sweep), key[3] if seeded else None)
+
+
+def _key_order(key: Key) -> tuple[str, str, float, int]:
+    return (key[0], key[1], key[2], -1 if key[3] is None else key[3])
+
+
+def several_seeds(*sides: "Side") -> bool:
+    return len({k[3] for side in sides for k in side.cases}) > 1
 
 
 def load_side(path: str | Path) -> Side:
@@ -173,8 +194,9 @@ def load_side(path: str | Path) -> Side:
     except RunDirError as exc:
         raise CompareInputError(str(exc)) from None
     cases: dict[Key, dict[str, Any]] = {}
+    run_seed = stored_seed(path)  # what a line without a seed ran with
     for line in iter_results(path):
-        cases[_key(line)] = line  # a later line for the same case wins, as in the reports
+        cases[_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
     if not cases:
         raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
     return Side(path, meta, cases)
@@ -212,14 +234,14 @@ def case_basis(baseline: Side, current: Side, key: Key, requested: str) -> str:
         return "relative"
     is_dense = key[1] == "dense" or baseline.cases[key].get("kind") == "dense"
     # Dense is the reference of the cases gated relative to it; with none, it is gated on its own.
-    others = [k for k in baseline.cases if k[0] == key[0] and k != key and k in current.cases]
+    others = [k for k in baseline.cases if k[0] == key[0] and k[3] == key[3] and k != key and k in current.cases]
     return "relative" if is_dense and any(pairs(baseline, k) and pairs(current, k) for k in others) else "absolute"
 
 
 def dense_line(side: Side, key: Key) -> dict[str, Any] | None:
-    """The run's dense line with the same suite hash as `key` (None for dense itself or none)."""
-    for (suite_hash, method, _), line in side.cases.items():
-        if suite_hash == key[0] and (line.get("kind") == "dense" or method == "dense"):
+    """The run's dense line with the same suite hash and seed as `key` (None for dense itself or none)."""
+    for (suite_hash, method, _, seed), line in side.cases.items():
+        if suite_hash == key[0] and seed == key[3] and (line.get("kind") == "dense" or method == "dense"):
             return None if line is side.cases[key] else line
     return None
 
@@ -385,11 +407,11 @@ def compare_runs(
     common = [k for k in baseline.cases if k in current.cases]
     if not common:
         raise CompareInputError(
-            "no case matches (same suite hash, method and density) between the runs: "
+            "no case matches (same suite hash, method, density and seed) between the runs: "
             f"baseline suite hash {_hashes(baseline)}, current {_hashes(current)}; a changed suite "
             "setting (model, data, batch size, optimizer, precision, fuse_norms, mode, timing, accuracy, seed, device) needs a new baseline"
         )
-    order = sorted(common, key=lambda k: (k[0], -k[2], k[1]))
+    order = sorted(common, key=lambda k: (k[0], -1 if k[3] is None else k[3], -k[2], k[1]))
     times = {} if memory_only else time_verdicts(
         baseline, current, order, basis=time_basis, threshold_pct=time_threshold, alpha=alpha,
     )
@@ -400,12 +422,15 @@ def compare_runs(
         )
         for k in order
     ]
+    seeded = several_seeds(baseline, current)
+    for case in cases:
+        case.seeded = seeded
     return Comparison(
         baseline=baseline,
         current=current,
         cases=cases,
-        only_baseline=sorted(k for k in baseline.cases if k not in current.cases),
-        only_current=sorted(k for k in current.cases if k not in baseline.cases),
+        only_baseline=sorted((k for k in baseline.cases if k not in current.cases), key=_key_order),
+        only_current=sorted((k for k in current.cases if k not in baseline.cases), key=_key_order),
         env_differences=env_differences(baseline, current),
         settings={
             "time_threshold": time_threshold, "memory_threshold": memory_threshold,

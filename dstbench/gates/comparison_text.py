@@ -7,8 +7,7 @@ import math
 
 from tabulate import tabulate
 
-from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code
-from dstbench.suite.cases import case_id
+from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code, key_text, several_seeds
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_USAGE
 from dstbench.util.text import markdown_text, percent
 
@@ -84,7 +83,8 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     lines.append(table(comparison, "github" if markdown else "simple"))
     for label, keys in (("only in baseline", comparison.only_baseline), ("only in current", comparison.only_current)):
         if keys:
-            lines += ["", f"{label} (not compared): " + ", ".join(f"{case_id(k[1], k[2])} [suite {k[0]}]" for k in keys)]
+            seeded = several_seeds(comparison.baseline, comparison.current)
+            lines += ["", f"{label} (not compared): " + ", ".join(f"{key_text(k, seeded=seeded)} [suite {k[0]}]" for k in keys)]
     regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
     lines += [
         "",

@@ -13,7 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from dstbench.suite.cases import case_id as make_case_id
+from dstbench.suite.cases import case_id as make_case_id, line_keys
 from dstbench.util.extras import require
 from dstbench.results.record import iter_results, segment_samples
 from dstbench.results.run_folder import load_run_meta
@@ -34,9 +34,10 @@ def benchmark_stats(segment_ms: list[float], segment_steps: int) -> dict[str, An
     return block
 
 
-def benchmark_entry(line: dict[str, Any], suite_path: str) -> dict[str, Any]:
-    """One result line as one benchmark: `suite::method@density`, grouped by suite."""
-    case_id = line.get("case_id") or make_case_id(line["method"], line["density"])
+def benchmark_entry(line: dict[str, Any], suite_path: str, name: str | None = None) -> dict[str, Any]:
+    """One result line as one benchmark: `suite::method@density`, grouped by suite. `name`: the
+    case's name there, by default its case id (with a suite's `seeds:`, its key: `rigl@0.1 seed=1`)."""
+    case_id = name or line.get("case_id") or make_case_id(line["method"], line["density"])
     steps = int(line.get("segment_steps") or 1)
     device_type = (line.get("env") or {}).get("device_type") or str(line.get("device") or "").split(":")[0]
     return {
@@ -97,14 +98,15 @@ def export_run(run_dir: str | Path) -> tuple[dict[str, Any], list[str]]:
     meta = load_run_meta(run_dir)
     suite_path = str(meta.get("suite_path") or run_dir / SUITE_FILE)
     benchmarks, skipped, env = [], [], {}
-    for line in iter_results(run_dir):
+    lines = list(iter_results(run_dir))
+    for line, name in zip(lines, line_keys(lines)):  # each seed its own benchmark
         # A case with a null (NaN) sample is left out whole: its rounds would not be its segments.
         samples = segment_samples(line.get("segment_ms"))
         if line.get("status") != "ok" or len(samples) != len(line.get("segment_ms") or []) or not samples:
-            skipped.append(f"{line.get('case_id')} ({line.get('status')})")
+            skipped.append(f"{name} ({line.get('status')})")
             continue
         env = env or dict(line.get("env") or {})
-        benchmarks.append(benchmark_entry(line, suite_path))
+        benchmarks.append(benchmark_entry(line, suite_path, name))
     document = {
         "machine_info": machine_info(env),
         "commit_info": {

@@ -13,6 +13,7 @@ from dstbench.results.coverage import Coverage, run_coverage
 from dstbench.results.derive import load_frame
 from dstbench.results.expectations import Outcome, check_run
 from dstbench.results.record import read_results
+from dstbench.suite.cases import line_keys
 from dstbench.suite.plan import expand_cases
 from dstbench.suite.schema import SuiteConfig
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK
@@ -53,14 +54,19 @@ class RunVerdict:
         return clip(f"{len(self.failed_cases)} of {self.cases_judged} cases failed: {', '.join(self.failed_cases)}", 1000)
 
 
-def failed_case_list(frame: pd.DataFrame, case_ids: list[str] | None = None) -> tuple[list[str], int]:
-    """The result lines (of `case_ids` when given) that are not ok, then the selected cases without
-    any line, as "case (why)"; and how many cases that is out of."""
-    lines = frame if case_ids is None or frame.empty else frame[frame["case_id"].isin(case_ids)]
-    failed = [] if lines.empty else [f"{c} ({s})" for c, s in zip(lines["case_id"], lines["status"]) if s != "ok"]
-    present = set() if lines.empty else set(lines["case_id"])
+def failed_case_list(
+    frame: pd.DataFrame, case_ids: list[str] | None = None, seeded: bool | None = None
+) -> tuple[list[str], int]:
+    """The result lines (of `case_ids` when given: case keys, `Case.key`) that are not ok, then the
+    selected cases without any line, as "case (why)"; and how many cases that is out of. A line is
+    named by its case id, and by its seed where `seeded` (default: where the frame holds several)."""
+    keys = pd.Series(line_keys(frame.to_dict("records"), seeded) if not frame.empty else [], index=frame.index, dtype=object)
+    chosen = frame.index if case_ids is None or frame.empty else frame.index[keys.isin(case_ids)]
+    statuses = frame.loc[chosen, "status"] if not frame.empty else pd.Series(dtype=object)
+    failed = [f"{keys[i]} ({s})" for i, s in statuses.items() if s != "ok"]
+    present = set(keys[chosen])
     missing = [f"{c} (no result)" for c in case_ids or () if c not in present]
-    return failed + missing, len(case_ids) if case_ids is not None else len(lines)
+    return failed + missing, len(case_ids) if case_ids is not None else len(chosen)
 
 
 def judge_run(
@@ -77,8 +83,8 @@ def judge_run(
     incomplete_fails = (
         coverage is not None and not coverage.complete and selection is None and not allow_incomplete and coverage.recorded
     )
-    case_ids = None if selection is None else [c.case_id for c in expand_cases(suite, *selection)]
-    failed, judged = failed_case_list(frame, case_ids)
+    case_ids = None if selection is None else [c.key for c in expand_cases(suite, *selection)]
+    failed, judged = failed_case_list(frame, case_ids, seeded=suite.seeds is not None if case_ids is not None else None)
     return RunVerdict(
         suite=suite, expectations=outcomes, failed_cases=failed, cases_judged=judged, coverage=coverage,
         incomplete_fails=incomplete_fails, foreign_lines=list(read_results(run_dir).foreign),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # dstbench.suite.schema imports dstbench.data.catalog while i
 
 
 def speed_batches(
-    suite: SuiteConfig, model: torch.nn.Module, device: torch.device
+    suite: SuiteConfig, model: torch.nn.Module, device: torch.device, seed: int | None = None
 ) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], str]:
     """Batches for the timed segments, and how they are loaded (the report says which).
 
@@ -31,13 +31,15 @@ def speed_batches(
 
     `suite.batch_size` is per process: under torchrun each rank trains on batches of that size
     from its own shard (synthetic batches seeded per rank; a real dataset split across ranks).
+    `seed`: the case's (one of the suite's `seeds`); default the suite's `seed`.
     """
+    seed = suite.seed if seed is None else seed
     if suite.data.name == "synthetic":
-        seed = rank_seed(suite.seed, rank())
+        seed = rank_seed(seed, rank())
         return (
             synthetic_batches(suite.batch_size, input_shape(model), model.num_classes, device, seed=seed),
             "synthetic, device-resident",
         )
     from dstbench.inputs.loaders import real_speed_batches
 
-    return real_speed_batches(suite.data, input_shape(model), suite.batch_size, suite.seed, device)
+    return real_speed_batches(suite.data, input_shape(model), suite.batch_size, seed, device)

@@ -25,7 +25,7 @@ import pandas as pd
 from dstbench.util.text import percent
 from dstbench.report.sections import Table, register_table
 from dstbench.report.tables import ordered
-from dstbench.results.derive import point_of
+from dstbench.results.replicates import point_of
 
 HISTORY_KEYS = ("topology_history", "topology")
 UNIT_KINDS = ("heads", "hidden")

@@ -36,7 +36,7 @@ from dstbench.report.sections import register_plot
 from dstbench.report.tables import ordered, run_label
 from dstbench.report.compact_topology import topology_history
 from dstbench.results.record import segment_samples
-from dstbench.results.derive import frame_points
+from dstbench.results.replicates import frame_points
 
 # Re-exported: section modules written against the old layout import these from here.
 __all__ = ["new_figure", "palette", "plot_style", "series"]

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from dstbench.report.figures import Plot, density_markers, is_narrow, legend_outside, new_figure, palette
 from dstbench.report.sections import Table, register_plot, register_table
 from dstbench.report.tables import ordered
-from dstbench.results.derive import frame_points
+from dstbench.results.replicates import frame_points
 from dstbench.suite.cases import short_keys, value_text
 from dstbench.util.text import DASH, ci_text, missing, percent
 

@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from dstbench.util.text import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
 from dstbench.results.speedup import reference_row
-from dstbench.results.derive import frame_points, point_of, same_point
+from dstbench.results.replicates import frame_points, point_of, same_point
 from dstbench.results.record import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from dstbench.suite.cases import case_id, line_case_id
+from dstbench.suite.cases import case_id, case_key, line_case_id
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
@@ -30,14 +30,21 @@ class PlannedCase:
     kind: str
     density: float
     sweep: dict[str, Any] | None = None  # its sweep point (dstbench.suite.sweep); None without a sweep
+    seed: int | None = None  # its seed where the suite lists `seeds:` (each seed is a case to run)
 
     @property
     def case_id(self) -> str:
         return case_id(self.method, self.density, self.sweep)
 
+    @property
+    def key(self) -> str:
+        """The case id, with the seed where the suite lists `seeds:` (as `dstbench.suite.cases.Case.key`)."""
+        return case_key(self.case_id, self.seed)
+
     def to_dict(self) -> dict[str, Any]:
         point = {"sweep": self.sweep} if self.sweep is not None else {}
-        return {"case_id": self.case_id, "method": self.method, "kind": self.kind, "density": self.density, **point}
+        seed = {"seed": self.seed} if self.seed is not None else {}
+        return {"case_id": self.case_id, "method": self.method, "kind": self.kind, "density": self.density, **point, **seed}
 
 
 @dataclasses.dataclass
@@ -45,8 +52,9 @@ class Coverage:
     """The cases of one run folder. `planned` is every case of the suite, in run order."""
 
     planned: list[PlannedCase]
-    selected: list[str]  # case ids the run was asked for (every planned one without a selection)
-    present: list[str]  # case ids with a result line
+    # Case keys (`PlannedCase.key`: the case id, with its seed where the suite lists `seeds:`).
+    selected: list[str]  # those the run was asked for (every planned one without a selection)
+    present: list[str]  # those with a result line
     # Whether run.json records the selection; a run folder from before it cannot tell a case left
     # out by `--only` from one an interruption never reached.
     recorded: bool = True
@@ -61,7 +69,7 @@ class Coverage:
     def unselected(self) -> list[str]:
         """In the suite but left out by `--only` / `--density` (and never run)."""
         chosen, done = set(self.selected), set(self.present)
-        return [p.case_id for p in self.planned if p.case_id not in chosen and p.case_id not in done]
+        return [p.key for p in self.planned if p.key not in chosen and p.key not in done]
 
     @property
     def complete(self) -> bool:
@@ -101,7 +109,10 @@ def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:
         return None
     try:
         return [
-            PlannedCase(str(c["method"]), str(c["kind"]), float(c["density"]), c["sweep"] if isinstance(c.get("sweep"), dict) else None)
+            PlannedCase(
+                str(c["method"]), str(c["kind"]), float(c["density"]), c["sweep"] if isinstance(c.get("sweep"), dict) else None,
+                int(c["seed"]) if c.get("seed") is not None else None,
+            )
             for c in cases
         ]
     except (KeyError, TypeError, ValueError):
@@ -143,10 +154,17 @@ def run_coverage(run_dir: str | Path) -> Coverage | None:
     planned = _from_meta(meta) or _from_suite(run_dir, lines)
     if planned is None:
         return None
-    # Named from method, density and sweep point, as the planned cases are (what a line's case_id is made of).
-    present = list(dict.fromkeys(line_case_id(line) for line in lines))
+    # Named from method, density and sweep point, as the planned cases are (what a line's case_id is
+    # made of), and with seeds by seed: a line without one counts as the first seed's (a one-seed run).
+    seeds = [p.seed for p in planned if p.seed is not None]
+    if seeds:
+        present = list(dict.fromkeys(
+            case_key(line_case_id(line), int(line["seed"]) if line.get("seed") is not None else seeds[0]) for line in lines
+        ))
+    else:
+        present = list(dict.fromkeys(line_case_id(line) for line in lines))
     selected = meta.get("selected")
     if isinstance(selected, list):
         return Coverage(planned, [str(c) for c in selected], present)
     # No record of a selection: count the whole suite as asked for.
-    return Coverage(planned, [p.case_id for p in planned], present, recorded=False)
+    return Coverage(planned, [p.key for p in planned], present, recorded=False)

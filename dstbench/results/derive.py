@@ -34,7 +34,7 @@ from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.intervals import BetweenProcesses, starved_flags
 from dstbench.results.speedup import between_processes, reference_row, speedup_stats
 from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
-from dstbench.suite.cases import point_tag
+from dstbench.results.replicates import frame_points, frame_replicates, point_of, stored_seed
 
 # Beside the reference's figures (`baseline_ratios`): the speedup against dense, and for compact
 # methods the shape limit that small_dense, a dense model of their shapes, sets.
@@ -91,32 +91,17 @@ def plausibility(row: pd.Series, values: dict[str, Any]) -> list[str]:
     return flags
 
 
-def point_of(row: pd.Series | dict[str, Any]) -> str:
-    """The sweep point a row ran at, as case ids name it (`embed_dim=192,num_heads=3`); "" without one."""
-    sweep = row.get("sweep")
-    return point_tag(sweep) if isinstance(sweep, dict) else ""
-
-
-def frame_points(frame: pd.DataFrame) -> pd.Series:
-    """Each row's sweep point (`point_of`), aligned with `frame`."""
-    if "sweep" not in frame:
-        return pd.Series("", index=frame.index, dtype=object)
-    return pd.Series([point_tag(s) if isinstance(s, dict) else "" for s in frame["sweep"]], index=frame.index, dtype=object)
-
-
-def same_point(frame: pd.DataFrame, row: pd.Series | dict[str, Any]) -> pd.DataFrame:
-    """The rows of `frame` at `row`'s sweep point: where a figure pairs a case with another (its
-    reference, dense, small_dense), the other is looked for there."""
-    points = frame_points(frame)
-    return frame[points == point_of(row)] if len(frame) and points.nunique() > 1 else frame
-
-
 def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
-    """Every result line of the given run folders, one row per case, with `run` naming its folder
-    and `point` its sweep point ("" without a sweep)."""
+    """Every result line of the given run folders, one row per case and seed, with `run` naming its
+    folder and `point` its sweep point ("" without a sweep). A line written before lines named
+    their seed gets the one its run's suite names (its first with `seeds:`)."""
     rows = []
     for run_dir in run_dirs:
+        first_seed = None
         for line in iter_results(Path(run_dir)):
+            if line.get("seed") is None:
+                first_seed = stored_seed(run_dir) if first_seed is None else first_seed
+                line = {**line, "seed": first_seed}
             rows.append({**line, "run": str(run_dir)})
     frame = pd.DataFrame(rows)
     if not frame.empty:
@@ -190,11 +175,13 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
     dense and small_dense, and the between-process variance is pooled over its point's comparisons.
     """
     points = frame_points(frame)
-    if len(frame) == 0 or points.nunique() <= 1:
+    # Within each point and seed (`frame_replicates`): a case's speedup pairs it with its own seed's reference.
+    replicates = frame_replicates(frame) if len(frame) else points
+    if len(frame) == 0 or replicates.nunique() <= 1:
         out = _derive_point(frame, reference)
         out["point"] = points
         return out
-    parts = [_derive_point(frame[points == point], reference) for point in pd.unique(points)]
+    parts = [_derive_point(frame[replicates == key], reference) for key in pd.unique(replicates)]
     out = pd.concat(parts).loc[frame.index]
     out["point"] = points
     out.attrs["reference"] = reference

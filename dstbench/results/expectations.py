@@ -31,7 +31,8 @@ from dstbench.suite.schema import SuiteConfig
 from dstbench.suite.schema_sections import Expectation
 from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
 from dstbench.util.text import present
-from dstbench.results.derive import DENSITY_TOLERANCE, derive, same_point
+from dstbench.results.derive import DENSITY_TOLERANCE, derive
+from dstbench.results.replicates import same_point
 from dstbench.results.speedup import reference_row
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}

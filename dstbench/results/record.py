@@ -27,13 +27,14 @@ import types
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
 from dstbench.measure.trackers import TRACKERS
 from dstbench.measure.trackers.base import (
     EARLIEST, LARGEST, LATEST, RANK0, TOTAL, UNION, RankRule, ResultField, Tracker, declared_fields,
 )
 from dstbench.measure.trackers.noise import WARNINGS_OF_GROUPS
+from dstbench.suite.cases import line_key
 from dstbench.util.text import clip, short_repr
 from dstbench.results.run_folder import load_run_meta
 from dstbench.util.files import RESULTS_FILE, open_no_follow, write_atomic
@@ -63,6 +64,10 @@ CORE_FIELDS = (
     # A suite's sweep (dstbench.suite.sweep): the point's suite hash is the line's `suite_hash`.
     ResultField("sweep", dict[str, Any] | None, LATEST, RANK0,
                 "the sweep point the case ran at: each swept suite key and its value (None: the suite has no sweep)",
+                default=None),
+    # A suite's `seeds:` run every case once per seed; a line's key is (case_id, seed) (`line_key`).
+    ResultField("seed", int | None, LATEST, RANK0,
+                "the seed the case trained with: one of the suite's `seeds`, else its `seed` (None: a line from before seeds)",
                 default=None),
     # A failed status is kept by the merges themselves (dstbench.results.merge, the torchrun launcher).
     ResultField("status", str, LATEST, RANK0, "ok, or how the case failed (STATUSES)", default="ok"),
@@ -262,11 +267,13 @@ def append_result(run_dir: Path, result: CaseResult) -> None:
         os.close(fd)
 
 
-def replace_results(run_dir: Path, drop: set[str], results: list[CaseResult]) -> None:
-    """Remove every line whose `case_id` is in `drop`, then add `results`, in one atomic step: the
-    file is rewritten beside the old one and renamed over it, so a kill leaves either the old lines
-    or the new ones (how an interleaved group that is timed again replaces its lines). Unreadable
-    lines are kept as they were."""
+def replace_results(
+    run_dir: Path, drop: set[str], results: list[CaseResult], key: Callable[[dict[str, Any]], str] = line_key
+) -> None:
+    """Remove every line whose key (`key`: by default case id and seed, `line_key`) is in `drop`,
+    then add `results`, in one atomic step: the file is rewritten beside the old one and renamed
+    over it, so a kill leaves either the old lines or the new ones (how an interleaved group that
+    is timed again replaces its lines). Unreadable lines are kept as they were."""
     path = Path(run_dir) / RESULTS_FILE
     kept = []
     if path.exists():
@@ -275,8 +282,8 @@ def replace_results(run_dir: Path, drop: set[str], results: list[CaseResult]) ->
                 data = json.loads(raw)
             except json.JSONDecodeError:
                 data = None
-            case = data.get("case_id") if isinstance(data, dict) else None
-            if raw.strip() and not (isinstance(case, str) and case in drop):
+            case = key(data) if isinstance(data, dict) and isinstance(data.get("case_id"), str) else None
+            if raw.strip() and not (case is not None and case in drop):
                 kept.append(raw)
     for result in results:
         if result.run_id is None:
@@ -339,11 +346,12 @@ _WARNED: set[tuple[Any, ...]] = set()
 
 @dataclasses.dataclass
 class ResultsRead:
-    """A results.jsonl as read: the usable lines (the last of each case id), and what was left out."""
+    """A results.jsonl as read: the usable lines (the last of each case id and seed, by `line_key`),
+    and what was left out."""
 
-    lines: dict[str, dict[str, Any]]
+    lines: dict[str, dict[str, Any]]  # by `line_key`
     skipped: list[str]  # "LINE (why)" of unusable lines
-    duplicated: dict[str, int]  # case id -> lines
+    duplicated: dict[str, int]  # line key -> lines
     foreign: list[str]  # "LINE (case, hash)" of lines of another suite hash than run.json's
     suite_hash: str | None = None
     point_hashes: tuple[str, ...] = ()  # a sweep's points' hashes (run.json), each a line's own
@@ -359,7 +367,7 @@ class ResultsRead:
             )
         if self.duplicated:
             listed = ", ".join(f"{case} ({n} lines)" for case, n in self.duplicated.items())
-            parts.append(f"{len(self.duplicated)} case id(s) appear more than once: {listed}; the last line of each counts")
+            parts.append(f"{len(self.duplicated)} case(s) appear more than once: {listed}; the last line of each counts")
         return parts
 
 
@@ -367,7 +375,8 @@ def read_results(run_dir: Path) -> ResultsRead:
     """Every line of `run_dir/results.jsonl`, sorted into usable ones and what was left out: a torn
     line of a run killed mid-write, text that is not JSON, a line whose fields have the wrong types
     (`line_problem`), a line of another suite hash than run.json records (never merged with the
-    run's). A case id with several lines keeps its last line, which stands where that line stands."""
+    run's). A case with several lines (one case id and seed) keeps its last line, which stands
+    where that line stands; each seed of a case keeps its own."""
     meta = load_run_meta(run_dir)
     points = tuple(h for h in meta.get("point_hashes") or () if isinstance(h, str))
     read = ResultsRead({}, [], {}, [], meta.get("suite_hash") or None, points)
@@ -389,20 +398,20 @@ def read_results(run_dir: Path) -> ResultsRead:
             if problem:
                 read.skipped.append(f"{number} ({problem})")
                 continue
-            case = data["case_id"]
+            case = line_key(data)
             line_hash = data.get("suite_hash")
             if read.suite_hash and isinstance(line_hash, str) and line_hash not in (read.suite_hash, *read.point_hashes):
                 read.foreign.append(f"{number} ({case}, {line_hash})")
                 continue
             counts[case] = counts.get(case, 0) + 1
-            read.lines.pop(case, None)  # the last line of a case id counts, in its place
+            read.lines.pop(case, None)  # the last line of a case (and seed) counts, in its place
             read.lines[case] = data
     read.duplicated = {case: n for case, n in counts.items() if n > 1}
     return read
 
 
 def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Result lines as dicts, one per case id (`read_results`); cases of unusable lines count as
+    """Result lines as dicts, one per case id and seed (`read_results`); cases of unusable lines count as
     not run. Each file's problems are said once, in one warning."""
     read = read_results(run_dir)
     yield from read.lines.values()

@@ -5,12 +5,17 @@ Light on purpose (no schema, no torch): compare and export name cases without va
 A suite expands into its cases in `dstbench.suite.plan.expand_cases`; its sweep into points in
 `dstbench.suite.sweep`. A case of a sweep names its point in its id, `rigl@0.1[embed_dim=192,num_heads=3]`
 (`point_tag`); without a sweep ids are as they always were, `rigl@0.1`.
+
+A suite with `seeds:` runs each case once per seed: the case id stays the same and the seed is a
+field of its own (`Case.seed`, a line's `seed`). What tells such runs apart in a run folder, its
+groups and its files is the case's *key*, `rigl@0.1 seed=1` (`case_key`); without `seeds:` the key
+is the case id.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterable
 
 
 def density_text(density: float) -> str:
@@ -71,6 +76,33 @@ def line_case_id(line: Any) -> str:
     return case_id(str(line.get("method")), float(line.get("density") or 0.0), sweep if isinstance(sweep, dict) else None)
 
 
+def seed_tag(seed: int | None) -> str:
+    """How a key names a seed, " seed=1"; "" for a case of a suite without `seeds:`."""
+    return "" if seed is None else f" seed={int(seed)}"
+
+
+def case_key(case_id_: str, seed: int | None = None) -> str:
+    """What tells a case's runs apart in a run folder: its id, with its seed where the suite lists
+    `seeds:` (`rigl@0.1 seed=1`)."""
+    return case_id_ + seed_tag(seed)
+
+
+def line_key(line: Any, seeded: bool = True) -> str:
+    """The key of a result line (a mapping or a row): its case id, with its `seed` where it has
+    one and `seeded` (a reader of a suite without `seeds:` passes False)."""
+    seed = line.get("seed")
+    return case_key(str(line.get("case_id") or line_case_id(line)), int(seed) if seeded and seed is not None else None)
+
+
+def line_keys(lines: Iterable[Any], seeded: bool | None = None) -> list[str]:
+    """Each line's key (`line_key`), in order: with its seed where `seeded`, by default where the
+    lines hold more than one seed (a one-seed run's cases are named by their ids alone)."""
+    lines = list(lines)
+    if seeded is None:
+        seeded = len({line.get("seed") for line in lines}) > 1
+    return [line_key(line, seeded) for line in lines]
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     method: str  # the label results are keyed by (the method's name unless the suite gives one)
@@ -80,10 +112,28 @@ class Case:
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The sweep point the case runs at: each swept dotted key and its value; None without a sweep.
     sweep: dict[str, Any] | None = None
+    # The seed this run of the case trains with where the suite lists `seeds:`; None: the suite's `seed`.
+    seed: int | None = None
+    # Whether it runs the speed segments (False: a later seed of a `mode: both` suite without
+    # `timing.per_seed`, which trains for accuracy alone).
+    timed: bool = True
 
     @property
     def case_id(self) -> str:
         return case_id(self.method, self.density, self.sweep)
+
+    @property
+    def key(self) -> str:
+        """The case id, with the seed where the suite lists `seeds:` (`case_key`)."""
+        return case_key(self.case_id, self.seed)
+
+    def run_seed(self, suite_seed: int) -> int:
+        """The seed this case trains with: its own, else the suite's."""
+        return suite_seed if self.seed is None else self.seed
+
+    def mode(self, suite_mode: str) -> str:
+        """What this case runs: the suite's mode, less the segments of an untimed seed."""
+        return "accuracy" if not self.timed and suite_mode == "both" else suite_mode
 
     @property
     def point(self) -> str:

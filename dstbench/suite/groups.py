@@ -10,7 +10,8 @@ Group ids. Each time a group is timed it gets an id `KEY#TOKEN`: KEY is `d=<dens
 density's group (`d=0.1|barter` for a (method, reference) pair split from it when it would not fit
 in device memory) or the case id of a case timed alone; TOKEN is fresh each time. In a suite with
 a sweep a group holds the cases of one point only, and its key names the point: `d=0.1[embed_dim=192]`
-(dense belongs to every density's group of its own point). Every segment
+(dense belongs to every density's group of its own point). With `seeds:` a group holds one seed's
+cases, and its key names the seed: `d=0.1 seed=1`, `rigl@0.1 seed=1` (`Case.key`). Every segment
 sample carries its group id and round (`segment_group`, `segment_round`), so reports pair a
 method's round r with its reference's round r of the same group id, and every line lists the ids
 it was timed in (`groups`).
@@ -32,12 +33,12 @@ import secrets
 from collections import OrderedDict
 from typing import Any, Iterable
 
-from dstbench.suite.cases import Case, density_text
+from dstbench.suite.cases import Case, density_text, seed_tag
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    key: str  # "d=0.1", "d=0.1|barter" (a split pair) or a case id (timed alone)
+    key: str  # "d=0.1", "d=0.1|barter" (a split pair) or a case key (timed alone)
     cases: tuple[Case, ...]
 
     @property
@@ -55,38 +56,38 @@ def new_group_id(key: str) -> str:
     return f"{key}#{secrets.token_hex(3)}"
 
 
-def density_key(density: float, point: str = "") -> str:
+def density_key(density: float, point: str = "", seed: int | None = None) -> str:
     # As case ids do: `:g` would put 0.5 and 0.5000001 in one group.
-    return f"d={density_text(density)}" + (f"[{point}]" if point else "")
+    return f"d={density_text(density)}" + (f"[{point}]" if point else "") + seed_tag(seed)
 
 
 def by_point(cases: Iterable[Case]) -> list[list[Case]]:
-    """`cases` split by sweep point, points and cases in the order they come (one list without a sweep)."""
-    points: OrderedDict[str, list[Case]] = OrderedDict()
+    """`cases` split by sweep point and seed, in the order they come (one list without a sweep or seeds)."""
+    points: OrderedDict[tuple[str, int | None], list[Case]] = OrderedDict()
     for case in cases:
-        points.setdefault(case.point, []).append(case)
+        points.setdefault((case.point, case.seed), []).append(case)
     return list(points.values())
 
 
 def plan_groups(cases: list[Case], reference: str, *, interleave: bool) -> list[Group]:
     """The groups to time, in run order (the cases' order: point by point, densities descending).
     Within a group the reference comes first, then dense, then the others in suite order: the order
-    of each round. A group never spans two sweep points."""
+    of each round. A group never spans two sweep points or seeds."""
     if not interleave:
-        return [Group(c.case_id, (c,)) for c in cases]
+        return [Group(c.key, (c,)) for c in cases]
     return [group for members in by_point(cases) for group in _density_groups(members, reference)]
 
 
 def _density_groups(cases: list[Case], reference: str) -> list[Group]:
     """The interleaved groups of one point's cases: one per density, dense in each."""
-    point = cases[0].point if cases else ""
+    point, seed = (cases[0].point, cases[0].seed) if cases else ("", None)
     dense = [c for c in cases if c.kind == "dense"]
     by_density: OrderedDict[str, list[Case]] = OrderedDict()
     for case in cases:
         if case.kind != "dense":
-            by_density.setdefault(density_key(case.density, point), []).append(case)
+            by_density.setdefault(density_key(case.density, point, seed), []).append(case)
     if not by_density:
-        return [Group(density_key(1.0, point), tuple(dense))] if dense else []
+        return [Group(density_key(1.0, point, seed), tuple(dense))] if dense else []
     groups = []
     for key, members in by_density.items():
         ordered = [c for c in members if c.method == reference] + dense + [c for c in members if c.method != reference]
@@ -105,23 +106,23 @@ def split(group: Group, reference: str) -> list[Group]:
 
 
 def shared_cases(groups: Iterable[Group]) -> set[str]:
-    """Case ids that belong to more than one group (dense, in an interleaved plan)."""
+    """Case keys (`Case.key`) that belong to more than one group (dense, in an interleaved plan)."""
     seen: dict[str, int] = {}
     for group in groups:
         for case in group.cases:
-            seen[case.case_id] = seen.get(case.case_id, 0) + 1
-    return {case_id for case_id, n in seen.items() if n > 1}
+            seen[case.key] = seen.get(case.key, 0) + 1
+    return {key for key, n in seen.items() if n > 1}
 
 
 def group_done(group: Group, lines: dict[str, dict[str, Any]], shared: set[str]) -> bool:
     """Whether every member has its line from this group (lines without `groups`, written before
-    groups existed, count as done)."""
+    groups existed, count as done). `lines` and `shared` are keyed by `Case.key`."""
     for case in group.cases:
-        line = lines.get(case.case_id)
+        line = lines.get(case.key)
         if line is None:
             return False
         ids = line.get("groups") or []
-        if case.case_id in shared and ids and not any(base_key(g) == group.base for g in ids):
+        if case.key in shared and ids and not any(base_key(g) == group.base for g in ids):
             return False
     return True
 

@@ -143,10 +143,14 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: str =
     """A copy of a suite mapping with each dotted key of `overrides` set (`model.depth`,
     `methods.1.params.delta_t`: a number indexes a list). Missing mappings on the way are created;
     a key through a value that is not a mapping or a list is a `SuiteError`. The result is then
-    validated like any suite, so an unknown key or a bad value is reported as in a file."""
+    validated like any suite, so an unknown key or a bad value is reported as in a file. `seeds`
+    replaces the file's `seed` (a suite may not name both)."""
     import copy
 
     data = copy.deepcopy(data)
+    if "seeds" in overrides and "seed" not in overrides and isinstance(data, dict):
+        # `--set seeds=[0,1,2]` takes the place of the file's `seed:` (the first seed plays its part).
+        data.pop("seed", None)
     problems = []
     for key, value in overrides.items():
         parts = key.split(".")

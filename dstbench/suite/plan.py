@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from dstbench.suite.cases import Case
+from dstbench.suite.cases import Case, case_key, line_key
 from dstbench.suite.groups import Group, by_point, group_done, plan_groups, shared_cases
 from dstbench.suite.loading import SuiteError
 from dstbench.suite.schema import SuiteConfig
@@ -25,7 +25,7 @@ from dstbench.suite.sweep import sweep_values
 
 
 # Suite keys that may change between a run and its --resume: none of them changes how a finished
-# case was measured. Methods and densities may also be added (never removed or changed).
+# case was measured. Methods, densities and seeds may also be added (never removed or changed).
 RESUME_MAY_CHANGE = ("description", "expect", "reference")
 
 
@@ -35,8 +35,10 @@ RESUME_MAY_CHANGE_LAUNCHER = ("partition", "account", "qos", "constraint", "arra
 
 
 def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: list[float] | None = None) -> list[Case]:
-    """Cases in run order: point by point of the sweep (one point without one), and within each
-    density by density, methods in suite order within each.
+    """Cases in run order: with `seeds:` seed by seed (so a run stopped half way has whole seeds),
+    in each point by point of the sweep (one point without one), and within each density by
+    density, methods in suite order within each. A later seed of a `mode: both` suite without
+    `timing.per_seed` is not timed (`Case.timed`).
 
     `only` keeps the listed method labels; `densities` keeps the listed densities (dense is kept
     whenever it is selected, since it has no density of its own). Every point has the same cases:
@@ -55,9 +57,24 @@ def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: l
     # Dense first, then by descending density, so a long run has its baselines early.
     cases = sorted(cases, key=lambda c: (c.kind != "dense", -c.density))
     points = sweep_values(dict(suite.sweep), suite.sweep_mode)
-    if not points:
+    if points:
+        cases = [dataclasses.replace(case, sweep=dict(values)) for values in points for case in cases]
+    if suite.seeds is None:
         return cases
-    return [dataclasses.replace(case, sweep=dict(values)) for values in points for case in cases]
+    first = suite.seeds[0]
+    return [
+        dataclasses.replace(case, seed=seed, timed=seed == first or suite.timing.per_seed)
+        for seed in suite.seeds for case in cases
+    ]
+
+
+def run_line_key(suite: SuiteConfig) -> Callable[[dict[str, Any]], str]:
+    """How a run of `suite` keys its folder's lines, as its cases are keyed (`Case.key`): by case
+    id, and with `seeds:` by seed too, a line without one (written before seeds existed, or by a
+    one-seed run of the suite) counting as the suite's first seed."""
+    if suite.seeds is None:
+        return lambda line: line_key(line, seeded=False)
+    return lambda line: case_key(line_key(line, seeded=False), int(line["seed"]) if line.get("seed") is not None else suite.seed)
 
 
 def point_suite(suite: SuiteConfig, case: Case) -> SuiteConfig:
@@ -137,7 +154,7 @@ def make_plan(
     lines: dict[str, dict[str, Any]],
 ) -> RunPlan:
     """The plan for `suite` with this selection, for a launcher that can (or cannot) interleave,
-    resuming a run folder that holds `lines` (empty for a new run). Raises `SuiteError` when the
+    resuming a run folder that holds `lines` (by `run_line_key`; empty for a new run). Raises `SuiteError` when the
     selection names what the suite lacks or leaves nothing to run."""
     cases = select_cases(suite, suite_path, only, densities)
     groups = timing_groups(suite, cases, can_interleave=can_interleave)
@@ -152,7 +169,7 @@ def make_plan(
 
 def pending_groups(groups: list[Group], lines: dict[str, dict[str, Any]], shared: set[str] | None = None) -> list[Group]:
     """The groups whose cases still need timing, given the run folder's `lines` (the last line of
-    each case id): a group not done is timed again whole (dstbench.suite.groups), and its cases'
+    each case key, `run_line_key`): a group not done is timed again whole (dstbench.suite.groups), and its cases'
     lines are then replaced. `shared`: as `RunPlan.shared` (default: the cases shared by `groups`)."""
     shared = shared_cases(groups) if shared is None else shared
     return [g for g in groups if not group_done(g, lines, shared)]
@@ -160,7 +177,7 @@ def pending_groups(groups: list[Group], lines: dict[str, dict[str, Any]], shared
 
 def cases_of(groups: list[Group]) -> list[Case]:
     """The distinct cases of `groups`, in order (dense belongs to several)."""
-    return list({c.case_id: c for g in groups for c in g.cases}.values())
+    return list({c.key: c for g in groups for c in g.cases}.values())
 
 
 _ABSENT = object()
@@ -186,7 +203,7 @@ def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     `RESUME_MAY_CHANGE` keys changed and methods or densities were only added."""
     old, new = stored.model_dump(mode="json"), current.model_dump(mode="json")
     fixed = set(old) | set(new)
-    fixed -= {*RESUME_MAY_CHANGE, "methods", "densities"}
+    fixed -= {*RESUME_MAY_CHANGE, "methods", "densities", "seed", "seeds"}
     conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
     free = {f"launcher.{k}" for k in RESUME_MAY_CHANGE_LAUNCHER}
     conflicts = [k for k in conflicts if not any(k == f or k.startswith(f + ".") for f in free)]
@@ -200,4 +217,11 @@ def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     for density in stored.densities:
         if not any(math.isclose(density, d) for d in current.densities):
             conflicts.append(f"densities: {density:g} removed (select densities with --density instead)")
+    # Seeds may be added (the first one is the suite's `seed`, which the suite hash checks already).
+    old_seeds, new_seeds = stored.run_seeds, current.run_seeds
+    if old_seeds[0] != new_seeds[0]:
+        conflicts.append(f"seeds: the first seed is {new_seeds[0]}, the run's was {old_seeds[0]}")
+    removed = [seed for seed in old_seeds if seed not in new_seeds]
+    if removed:
+        conflicts.append(f"seeds: {', '.join(map(str, removed))} removed")
     return conflicts

@@ -16,7 +16,7 @@ import math
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
-from pydantic import PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import PrivateAttr, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 import dstbench.methods as catalog
 from dstbench.execution.launchers.config import LauncherConfig
@@ -25,7 +25,7 @@ from dstbench.suite.cases import case_id, point_tag
 from dstbench.suite.sweep import MODES as SWEEP_MODES, point_data, sweep_problems, sweep_values, tag_problems
 from dstbench.suite.schema_sections import (
     NAME_LIMIT, AccuracyConfig, CompileConfig, DataConfig, Expectation, MethodSpec, ModelConfig, OptimizerConfig,
-    ProfileConfig, Strict, TimingConfig, _check_files,
+    ProfileConfig, Strict, TimingConfig, _check_files, expectation_problem,
 )
 from dstbench.util.files import slug
 
@@ -51,6 +51,9 @@ class SuiteConfig(Strict):
     device: Literal["auto", "cuda", "cpu", "mps"] = Field("auto", description="where the cases run; auto: cuda, else mps, else cpu")
     seed: int = Field(0, ge=0, le=2**63 - 1, description=(  # what torch.manual_seed and numpy accept
         "the same initial weights, masks and data for every case"))
+    seeds: list[int] | None = Field(None, min_length=1, description=(
+        "run every case once per seed, each seed's initial weights, masks and data order its own; the first is the "
+        "suite's `seed` (in the suite hash), the list is not, so seeds may be added to a run folder. Not with `seed`"))
     plugins: list[str] = Field([], description=(
         "modules imported first, so their methods register (found on the path or beside the suite file)"))
     # Factories, not instances: building the default model (torch, timm) waits for a suite that
@@ -129,6 +132,53 @@ class SuiteConfig(Strict):
                 if keys and "dense" not in keys:
                     data = {**data, "reference": keys[0]}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_seed_is_the_seed(cls, data: Any) -> Any:
+        """With `seeds:` the suite's `seed` is the first of them: what a one-seed run of the suite
+        ran with, so its hash (which holds `seed`) stays the same when seeds are added."""
+        if not isinstance(data, dict) or data.get("seeds") is None:
+            return data
+        if "seed" in data:
+            raise ValueError("seed and seeds: give one; with `seeds:` the first seed plays `seed`'s part")
+        seeds = data["seeds"]
+        if isinstance(seeds, list) and seeds and isinstance(seeds[0], int) and not isinstance(seeds[0], bool):
+            data = {**data, "seed": seeds[0]}
+        return data
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_distinct(cls, seeds: list[int] | None) -> list[int] | None:
+        if seeds is None:
+            return seeds
+        for seed in seeds:
+            if not 0 <= seed <= 2**63 - 1:
+                raise ValueError(f"seed {seed} is outside [0, 2**63 - 1]")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("a seed is listed twice")
+        return seeds
+
+    @model_validator(mode="after")
+    def _later_seeds_measure_something(self) -> "SuiteConfig":
+        if self.seeds and len(self.seeds) > 1 and self.mode == "speed" and not self.timing.per_seed:
+            raise ValueError(
+                "seeds: in mode speed only the first seed is timed unless timing.per_seed: true, so the other seeds "
+                "would measure nothing; set timing.per_seed: true, or mode accuracy or both")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump_seed_or_seeds(self, handler: Any) -> Any:
+        # A suite with `seeds:` is written with them alone: read back, `seed` beside them is an error.
+        data = handler(self)
+        if self.seeds is not None and isinstance(data, dict):
+            data.pop("seed", None)
+        return data
+
+    @property
+    def run_seeds(self) -> list[int]:
+        """The seeds every case runs with: `seeds`, or the suite's one `seed`."""
+        return list(self.seeds) if self.seeds is not None else [self.seed]
 
     @field_validator("methods", mode="before")
     @classmethod
@@ -310,40 +360,10 @@ class SuiteConfig(Strict):
     @model_validator(mode="after")
     def _expectations_fit_suite(self) -> "SuiteConfig":
         """What each expectation names must exist in the suite, so a typo fails before the run
-        instead of as a failed gate after it. Messages start with the key to change."""
-        keys = [m.key for m in self.methods]
-        has_dense = any(self.method_kind(m) == "dense" for m in self.methods)
-        allowed_densities = sorted(set(self.densities) | ({1.0} if has_dense else set()))
-        for index, exp in enumerate(self.expect):
-            where = f"expect.{index}"
-            if exp.bound != "value" and exp.metric != "speedup":
-                raise ValueError(f"{where}.bound: only speedup has a confidence interval, not {exp.metric}")
-            if exp.metric != "density_achieved":
-                if exp.tolerance is not None:
-                    raise ValueError(f"{where}.tolerance: only for metric density_achieved, not {exp.metric}")
-                if exp.min is None and exp.max is None:
-                    # Without bounds the expectation could never fail.
-                    raise ValueError(f"{where}: metric {exp.metric} needs `min` and/or `max`")
-                if exp.min is not None and exp.max is not None and exp.min > exp.max:
-                    # ... and with these it could never pass.
-                    raise ValueError(f"{where}: min {exp.min:g} is above max {exp.max:g}")
-            if not exp.is_glob and exp.method not in keys:
-                raise ValueError(f"{where}.method: {exp.method!r} is not a method of the suite ({', '.join(keys)})")
-            if exp.vs is not None and exp.vs not in keys:
-                raise ValueError(f"{where}.vs: {exp.vs!r} is not a method of the suite ({', '.join(keys)})")
-            if exp.metric == "top1_drop" and exp.vs is None and "dense" not in keys:
-                raise ValueError(f"{where}.vs: top1_drop compares with dense by default, which the suite does not run; name `vs`")
-            if exp.density is not None:
-                if not 0.0 < exp.density <= 1.0:
-                    raise ValueError(f"{where}.density: {exp.density:g} is outside (0, 1]")
-                if not any(math.isclose(exp.density, d) for d in allowed_densities):
-                    listed = ", ".join(f"{d:g}" for d in allowed_densities)
-                    raise ValueError(f"{where}.density: the suite runs no case at {exp.density:g} (densities: {listed})")
-                spec = next((m for m in self.methods if m.key == exp.method), None)
-                restricted = spec is not None and spec.densities is not None
-                if restricted and not any(math.isclose(exp.density, d) for d in self.method_densities(spec)):
-                    listed = ", ".join(f"{d:g}" for d in self.method_densities(spec))
-                    raise ValueError(f"{where}.density: {exp.method} runs at {listed} only, not {exp.density:g}")
+        instead of as a failed gate after it (`expectation_problem`)."""
+        problem = expectation_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -397,6 +417,10 @@ class SuiteConfig(Strict):
         # its default keep the hash they had.
         for key in ("interleave", "processes", "round_order", "settle_segments"):  # how samples are drawn
             measured["timing"].pop(key, None)
+        # Which seeds run is not a setting of a case's measurement (each line names its seed); the
+        # first seed is (`seed`), so a one-seed run and the same suite with seeds added share it.
+        measured["seed"] = self.seed
+        measured["timing"].pop("per_seed", None)
         if self.threads is not None:
             measured["threads"] = self.threads
         # Only when set, so suites without them keep the hash they had.

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,6 +138,11 @@ class TimingConfig(Strict):
     # Turned, so carry-over from the previous case is not confounded with a method.
     round_order: Literal["rotate", "shuffle", "fixed"] = Field("rotate", description=(
         "the order of a group's cases in each round: rotated by one per round, shuffled (seeded by `seed`) or fixed"))
+    # With `seeds:` the first seed's segments are enough for speed, which a seed barely moves; more
+    # seeds' segments cost their time again. Not in the suite hash: adding it resumes a run folder.
+    per_seed: bool = Field(False, description=(
+        "with `seeds:`, time the speed segments of every seed; false: the first seed's only (the other seeds "
+        "train for accuracy alone). Not in the suite hash"))
 
     @property
     def schedule_steps(self) -> int:
@@ -261,3 +267,42 @@ class CompileConfig(Strict):
         """The keyword arguments of `torch.compile` (and of a result line's `compile`)."""
         options: dict[str, Any] = {"backend": self.backend, "fullgraph": self.fullgraph, "dynamic": self.dynamic}
         return {**options, "mode": self.mode} if self.mode is not None else options
+
+
+def expectation_problem(suite: Any) -> str | None:
+    """Why an expectation of `suite` (a `SuiteConfig`) names what the suite does not run, or could
+    never fail or never pass; None when every one fits. Messages start with the key to change."""
+    keys = [m.key for m in suite.methods]
+    has_dense = any(suite.method_kind(m) == "dense" for m in suite.methods)
+    allowed_densities = sorted(set(suite.densities) | ({1.0} if has_dense else set()))
+    for index, exp in enumerate(suite.expect):
+        where = f"expect.{index}"
+        if exp.bound != "value" and exp.metric != "speedup":
+            return f"{where}.bound: only speedup has a confidence interval, not {exp.metric}"
+        if exp.metric != "density_achieved":
+            if exp.tolerance is not None:
+                return f"{where}.tolerance: only for metric density_achieved, not {exp.metric}"
+            if exp.min is None and exp.max is None:
+                # Without bounds the expectation could never fail.
+                return f"{where}: metric {exp.metric} needs `min` and/or `max`"
+            if exp.min is not None and exp.max is not None and exp.min > exp.max:
+                # ... and with these it could never pass.
+                return f"{where}: min {exp.min:g} is above max {exp.max:g}"
+        if not exp.is_glob and exp.method not in keys:
+            return f"{where}.method: {exp.method!r} is not a method of the suite ({', '.join(keys)})"
+        if exp.vs is not None and exp.vs not in keys:
+            return f"{where}.vs: {exp.vs!r} is not a method of the suite ({', '.join(keys)})"
+        if exp.metric == "top1_drop" and exp.vs is None and "dense" not in keys:
+            return f"{where}.vs: top1_drop compares with dense by default, which the suite does not run; name `vs`"
+        if exp.density is not None:
+            if not 0.0 < exp.density <= 1.0:
+                return f"{where}.density: {exp.density:g} is outside (0, 1]"
+            if not any(math.isclose(exp.density, d) for d in allowed_densities):
+                listed = ", ".join(f"{d:g}" for d in allowed_densities)
+                return f"{where}.density: the suite runs no case at {exp.density:g} (densities: {listed})"
+            spec = next((m for m in suite.methods if m.key == exp.method), None)
+            restricted = spec is not None and spec.densities is not None
+            if restricted and not any(math.isclose(exp.density, d) for d in suite.method_densities(spec)):
+                listed = ", ".join(f"{d:g}" for d in suite.method_densities(spec))
+                return f"{where}.density: {exp.method} runs at {listed} only, not {exp.density:g}"
+    return None

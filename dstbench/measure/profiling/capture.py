@@ -142,7 +142,7 @@ def _fresh_method(suite: SuiteConfig, case: Case, device: torch.device, build: B
     from dstbench.inputs.speed import speed_batches
 
     method = build(suite, case, device, suite.timing.schedule_steps)
-    batches, _ = speed_batches(suite, method.model, device)
+    batches, _ = speed_batches(suite, method.model, device, case.run_seed(suite.seed))
     method.train_segment(batches, suite.timing.warmup_steps)
     return method, batches
 
@@ -205,7 +205,7 @@ def _profile(
     memory["activations"] = activations.total
     memory["total"] = sum(memory.values())
 
-    name = slug(case.case_id, "case")  # labels may hold characters a file system dislikes
+    name = slug(case.key, "case")  # labels may hold characters a file system dislikes; each seed its own
     trace_rel = Path(TRACES_DIR) / f"{name}.trace.json.gz"
     snapshot_rel = Path(TRACES_DIR) / f"{name}.memory.pickle"
     snapshot_reason = _start_memory_history(device, config.memory_snapshot)

@@ -83,7 +83,7 @@ def status_for_state(state: str | None) -> str:
 
 
 def load_jobs(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """`jobs.json`'s entries by case id: {"job_id", "cluster", "submitted_at"}."""
+    """`jobs.json`'s entries by case key (`Case.key`: the case id, and its seed with `seeds:`): {"job_id", "cluster", "submitted_at"}."""
     path = Path(run_dir) / JOBS_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -192,7 +192,7 @@ class SubmititLauncher(Launcher):
     def run(self, task: CaseTask, progress: Progress) -> CaseResult:
         """One case as a job, waited for."""
         case = Case.from_dict(task.case)
-        runs = self.run_groups([Group(case.case_id, (case,))], {case.case_id: task}, lambda c: progress, "")
+        runs = self.run_groups([Group(case.key, (case,))], {case.key: task}, lambda c: progress, "")
         with contextlib.closing(runs):
             return next(iter(runs)).results[0]
 
@@ -201,19 +201,19 @@ class SubmititLauncher(Launcher):
     ) -> Iterator[GroupRun]:
         """Submit the groups' cases (re-attaching to those `jobs.json` records) and yield each as
         its job ends. Leaving early (Ctrl-C, SIGTERM, `close()`) cancels the jobs still watched."""
-        cases = list({c.case_id: c for g in groups for c in g.cases}.values())
+        cases = list({c.key: c for g in groups for c in g.cases}.values())
         if not cases:
             return
-        run_dir = Path(tasks[cases[0].case_id].run_dir)
+        run_dir = Path(tasks[cases[0].key].run_dir)
         folder = run_dir / JOBS_FOLDER
         folder.mkdir(exist_ok=True)
         recorded = load_jobs(run_dir)
         watched: dict[str, _Watched] = {}
         for case in cases:
-            entry = recorded.get(case.case_id)
+            entry = recorded.get(case.key)
             if entry and entry.get("cluster") == self.cluster:
-                watched[case.case_id] = self._watch(case, self._attach(folder, str(entry["job_id"])), folder, attached=True)
-        queued = [c for c in cases if c.case_id not in watched]
+                watched[case.key] = self._watch(case, self._attach(folder, str(entry["job_id"])), folder, attached=True)
+        queued = [c for c in cases if c.key not in watched]
         executor = self.executor(folder) if queued else None
         at_once = self.config.array_parallelism or (1 if self.cluster == "local" else len(queued))
         try:
@@ -223,16 +223,16 @@ class SubmititLauncher(Launcher):
                     batch = queued if self.cluster == "slurm" else queued[: at_once - len(watched)]
                     queued = queued[len(batch):]
                     for w in self._submit(executor, batch, tasks, folder, recorded, run_dir):
-                        watched[w.case.case_id] = w
-                for case_id, w in list(watched.items()):
+                        watched[w.case.key] = w
+                for key, w in list(watched.items()):
                     if w.progress is None and w.progress_file.exists():
                         w.progress = progress_for(w.case)
                     if w.progress is not None:
                         w.progress_file.forward(w.progress)
                     if self._ended(w):
-                        del watched[case_id]
-                        result = self._collect(w, tasks[case_id])
-                        yield GroupRun(Group(case_id, (w.case,)), result.groups[0], [result])
+                        del watched[key]
+                        result = self._collect(w, tasks[key])
+                        yield GroupRun(Group(key, (w.case,)), result.groups[0], [result])
                 if watched or queued:
                     time.sleep(self.poll_s)
         except BaseException as stop:
@@ -248,7 +248,7 @@ class SubmititLauncher(Launcher):
     # -- helpers -------------------------------------------------------------------------------------
 
     def _watch(self, case: Case, job: Any, folder: Path, attached: bool = False) -> _Watched:
-        progress_file = ProgressFile(folder / f"{slug(case.case_id, 'case')}.progress")
+        progress_file = ProgressFile(folder / f"{slug(case.key, 'case')}.progress")
         return _Watched(case, job, str(job.job_id), progress_file, attached=attached)
 
     def _attach(self, folder: Path, job_id: str) -> Any:
@@ -269,15 +269,15 @@ class SubmititLauncher(Launcher):
             with _submission_env(), executor.batch():
                 jobs = []
                 for case in batch:
-                    progress_file = folder / f"{slug(case.case_id, 'case')}.progress"
+                    progress_file = folder / f"{slug(case.key, 'case')}.progress"
                     progress_file.unlink(missing_ok=True)  # a cancelled attempt's
-                    task = dataclasses.replace(tasks[case.case_id], resume=True)  # a requeued job continues
+                    task = dataclasses.replace(tasks[case.key], resume=True)  # a requeued job continues
                     jobs.append(executor.submit(run_job, task, config, str(progress_file)))
         except Exception as exc:  # sbatch refused them (an unknown partition, account, option)
-            raise SuiteError(tasks[batch[0].case_id].suite_path, [("launcher", clip(f"the jobs were not submitted: {exc}", 2000))]) from None
+            raise SuiteError(tasks[batch[0].key].suite_path, [("launcher", clip(f"the jobs were not submitted: {exc}", 2000))]) from None
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         for case, job in zip(batch, jobs):
-            recorded[case.case_id] = {"job_id": str(job.job_id), "cluster": self.cluster, "submitted_at": now}
+            recorded[case.key] = {"job_id": str(job.job_id), "cluster": self.cluster, "submitted_at": now}
             watched.append(self._watch(case, job, folder))
         save_jobs(run_dir, recorded)
         return watched
@@ -310,7 +310,7 @@ class SubmititLauncher(Launcher):
             result = failed_result(task, status_for_state(state), f"{self._log_tail(w)}job {w.job_id} {why} without a result")
         if not result.env.get("job_id"):
             result.env["job_id"] = w.job_id
-        result.groups = result.groups or [new_group_id(w.case.case_id)]
+        result.groups = result.groups or [new_group_id(w.case.key)]
         return result
 
     @staticmethod
@@ -345,7 +345,7 @@ class SubmititLauncher(Launcher):
                         process.wait(timeout=0.1)  # reap it
             cancelled = [w for w in jobs if not local_job_running(w.job_id)]
         for w in cancelled:
-            recorded.pop(w.case.case_id, None)
+            recorded.pop(w.case.key, None)
         with contextlib.suppress(OSError):
             save_jobs(run_dir, recorded)
 

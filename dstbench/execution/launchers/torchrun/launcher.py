@@ -96,7 +96,7 @@ class TorchrunLauncher(Launcher):
         ]
 
     def run(self, task: CaseTask, progress: Progress) -> CaseResult:
-        workdir = Path(task.run_dir) / "ranks" / slug(Case.from_dict(task.case).case_id, "case")
+        workdir = Path(task.run_dir) / "ranks" / slug(Case.from_dict(task.case).key, "case")
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         task_file = workdir / "task.json"
