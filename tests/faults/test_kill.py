@@ -155,3 +155,38 @@ def test_sigterm_raises_terminated_inside_the_block_and_the_handler_is_restored(
             os.kill(os.getpid(), signal.SIGTERM)  # the handler runs as soon as kill() returns
     assert raised.value.signum == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before and "DSTBENCH_LIFELINE_OWNER" not in os.environ
+
+
+@pytest.mark.slow
+def test_a_run_terminated_between_seeds_resumes_the_later_seed_only(tmp_path: Path) -> None:
+    hang_file, pid_file, out = tmp_path / "hang", tmp_path / "pids", tmp_path / "runs"
+    hang = {"name": "fault_hang", "label": "hang", "params": {"hang_file": str(hang_file), "pid_file": str(pid_file), "at_seed": 1}}
+    timing = {"warmup_steps": 1, "segment_steps": 1, "segments": 2, "interleave": False, "per_seed": True}
+    suite = tmp_path / "suite.yaml"
+    data = micro_suite(plugins=[PLUGIN], methods=["dense", hang], densities=[0.5], timing=timing,
+                       launcher={"name": "subprocess", "timeout_s": 600})
+    data.pop("seed", None)
+    suite.write_text(yaml.safe_dump({**data, "seeds": [0, 1]}))
+    hang_file.touch()
+    command = [sys.executable, "-m", "dstbench", "run", str(suite), "--out", str(out)]
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    case_pid, server_pid = hanging_case(process, pid_file)  # seed 1's hang: seed 0 and dense@1 seed=1 are done
+    [run_dir] = list(out.iterdir())
+    try:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        reap_all([process.pid, case_pid, server_pid])
+    assert process.returncode == 143, err
+    assert "not run: hang@0.5 seed=1" in err
+    before = (run_dir / "results.jsonl").read_text()
+    assert [(line["case_id"], line["seed"]) for line in iter_results(run_dir)] == [("dense@1", 0), ("hang@0.5", 0), ("dense@1", 1)]
+    assert json.loads((run_dir / "run.json").read_text())["interruptions"][-1]["unfinished"] == ["hang@0.5 seed=1"]
+
+    hang_file.unlink()
+    assert main(["run", str(suite), "--out", str(out), "--resume"]) == 0
+    after = (run_dir / "results.jsonl").read_text()
+    assert after.startswith(before)  # the finished seeds' lines untouched
+    assert [(line["case_id"], line["seed"], line["status"]) for line in iter_results(run_dir)] == [
+        ("dense@1", 0, "ok"), ("hang@0.5", 0, "ok"), ("dense@1", 1, "ok"), ("hang@0.5", 1, "ok")]

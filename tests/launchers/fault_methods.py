@@ -52,17 +52,20 @@ class FaultHang(Method):
     """Hangs in its segment: forever, or while the file named by `hang_file` (default: the
     environment's `DSTBENCH_FAULT_HANG_FILE`) exists; then it trains as dense does, so a resumed run
     can finish the same suite. With `pid_file` (or `DSTBENCH_FAULT_PID_FILE`) it first writes
-    "pid ppid" there, so a test can watch its process. With `at_density`, only the case at that
-    density hangs; the others train as dense does."""
+    "pid ppid" there, so a test can watch its process. With `at_density` (`at_seed`), only the case
+    at that density (seed, of a suite's `seeds:`) hangs; the others train as dense does."""
 
     @dataclasses.dataclass
     class Params:
         hang_file: str = ""
         pid_file: str = ""
         at_density: float = 0.0  # 0: at every density
+        at_seed: int = -1  # -1: at every seed
 
     def train_segment(self, batches: Any, steps: int) -> Any:
         if self.params.at_density and self.target_density != self.params.at_density:
+            return super().train_segment(batches, steps)
+        if self.params.at_seed >= 0 and self.seed != self.params.at_seed:
             return super().train_segment(batches, steps)
         pid_file = self.params.pid_file or os.environ.get("DSTBENCH_FAULT_PID_FILE")
         if pid_file and not os.path.exists(pid_file):
