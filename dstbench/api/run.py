@@ -91,11 +91,11 @@ class Run:
         `top1_ci_high` (95% Student-t interval; NaN with one seed), `top1_std`, and `top1_drop`
         (dense's top-1 minus the case's, paired by seed) with its interval; a case is `ok` when
         every seed is (`failed_seeds`); its other figures are its first seed's
-        (`dstbench.report.seeds.pool_seeds`). `per_seed=True`: one row per (case, seed), each
+        (`dstbench.results.pooling.pool_seeds`). `per_seed=True`: one row per (case, seed), each
         figure that seed's own, as `dstbench report` computes them (speedups against the same seed's
         reference)."""
         from dstbench.report.headline import choose_reference
-        from dstbench.report.seeds import pool_seeds
+        from dstbench.results.pooling import pool_seeds
         from dstbench.results.derive import derive, load_frame
 
         frame = load_frame([self.path])

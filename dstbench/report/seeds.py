@@ -1,5 +1,5 @@
-"""Means and confidence intervals over seeds: of one run's `seeds:` (`pool_seeds`, what
-`Run.frame()` shows), and of runs of one suite that differ only in `seed:`.
+"""Runs of one suite that differ only in `seed:`: means and confidence intervals over the seeds
+(a run's own `seeds:` are pooled by `dstbench.results.pooling`, with the same interval).
 
 `dstbench report RUN_A RUN_B RUN_C`, given such runs, adds the "Over seeds" table: per (method,
 density), the mean of each accuracy figure over the runs with its 95% Student-t interval (n - 1
@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from dstbench.report.sections import Table, register_table
-from dstbench.results.replicates import frame_points, stored_seed
+from dstbench.results.pooling import mean_ci
 from dstbench.util.files import SUITE_FILE
 
 SEED_METRICS = ("top1", "top5")
@@ -59,20 +59,6 @@ def seed_runs(run_dirs: Iterable[str | Path]) -> dict[str, int]:
     if len(set(seeds.values())) != len(seeds):
         raise ValueError(f"runs share a seed: {seeds}")
     return seeds
-
-
-def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and Student-t confidence interval; the interval is NaN with fewer than two values."""
-    from scipy import stats
-
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if len(x) == 0:
-        return (math.nan, math.nan, math.nan)
-    mean = float(x.mean())
-    if len(x) < 2:
-        return (mean, math.nan, math.nan)
-    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return (mean, mean - half, mean + half)
 
 
 def seed_summary(frame: pd.DataFrame, metrics: Sequence[str] = SEED_METRICS, level: float = 0.95) -> pd.DataFrame:
@@ -117,77 +103,6 @@ def paired_difference(frame: pd.DataFrame, baseline: str, metric: str = "top1", 
             rows.append({"method": method, "density": float(density), "n": len(diffs), "diff_mean": mean,
                          "diff_ci_low": low, "diff_ci_high": high})
     return pd.DataFrame(rows)
-
-
-# What `pool_seeds` adds to each case's row.
-POOLED_COLUMNS = (
-    "seeds", "failed_seeds", "top1", "top1_ci_low", "top1_ci_high", "top1_std", "top1_drop", "top1_drop_ci_low",
-    "top1_drop_ci_high", "top1_drop_seeds",
-)
-
-
-def _first_seed_row(rows: pd.DataFrame, first_seed: Any) -> pd.Series:
-    """The row of the run's first seed (the one whose speed segments run without timing.per_seed),
-    else the first row."""
-    if "seed" in rows and first_seed is not None:
-        matching = rows[rows["seed"] == first_seed]
-        if not matching.empty:
-            return matching.iloc[0]
-    return rows.iloc[0]
-
-
-def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.95) -> pd.DataFrame:
-    """One row per case (run, case id) of a frame with one row per (case, seed), as `Run.frame()`
-    shows it. Over the seeds whose line is ok: `seeds` (how many), `top1` (their mean),
-    `top1_ci_low`/`top1_ci_high` (Student-t interval at `level`, n - 1 degrees of freedom; NaN
-    with one seed), `top1_std` (sample standard deviation; NaN with one seed), and `top1_drop`:
-    `baseline`'s top-1 minus the case's, paired by seed (the same run, sweep point and seed; a
-    seed counts where both are ok), its interval and `top1_drop_seeds` (the pairs it rests on).
-    `failed_seeds` lists the seeds whose line is not ok; `status` is ok only when none is. Every
-    other column is the first seed's (its speed and memory figures: the timed seed unless
-    `timing.per_seed`)."""
-    if derived.empty:
-        return derived.assign(**{c: pd.Series(dtype=float) for c in POOLED_COLUMNS})
-    frame = derived.assign(_point=frame_points(derived), _order=range(len(derived)))
-    ok = frame["status"] == "ok"
-    top1 = pd.to_numeric(frame["top1"], errors="coerce") if "top1" in frame else pd.Series(np.nan, index=frame.index)
-    base = frame[(frame["method"] == baseline) & ok]
-    # The baseline's top-1 by (run, point, seed); dense runs at 1.0, any other baseline at the case's density.
-    base_top1 = {
-        (str(r["run"]), r["_point"], r.get("seed"), None if r["kind"] == "dense" else float(r["density"])): top1[i]
-        for i, r in base.iterrows()
-    }
-    at_one = not base.empty and (base["kind"] == "dense").all()
-    first_seeds = {run: stored_seed(run) for run in pd.unique(frame["run"].astype(str))} if "run" in frame else {}
-    rows = []
-    for (run, _case), cases in frame.groupby([frame["run"].astype(str), "case_id"], sort=False):
-        row = _first_seed_row(cases, first_seeds.get(run)).to_dict()
-        good = cases[ok[cases.index]]
-        values = [float(v) for v in top1[good.index] if math.isfinite(v)]
-        mean, low, high = mean_ci(values, level)
-        drops = []
-        for index, case in good.iterrows():
-            if case["method"] == baseline:
-                continue
-            density = None if at_one else float(case["density"])
-            other = base_top1.get((run, case["_point"], case.get("seed"), density))
-            if other is not None and math.isfinite(other) and math.isfinite(top1[index]):
-                drops.append(float(other - top1[index]))
-        drop = mean_ci(drops, level)
-        failed = cases[~ok[cases.index]]
-        row.update(
-            seeds=len(good), failed_seeds=[int(s) for s in failed["seed"] if pd.notna(s)] if "seed" in failed else [],
-            top1=mean, top1_ci_low=low, top1_ci_high=high,
-            top1_std=float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
-            top1_drop=drop[0], top1_drop_ci_low=drop[1], top1_drop_ci_high=drop[2], top1_drop_seeds=len(drops),
-        )
-        if not failed.empty:
-            row["status"] = str(failed.iloc[0]["status"])
-        rows.append(row)
-    pooled = pd.DataFrame(rows)
-    pooled = pooled.sort_values("_order", kind="stable").drop(columns=["_point", "_order"]).reset_index(drop=True)
-    pooled.attrs.update(derived.attrs)
-    return pooled
 
 
 def format_mean_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:

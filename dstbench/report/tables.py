@@ -10,10 +10,10 @@ import pandas as pd
 from tabulate import tabulate
 
 from dstbench.util.text import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
-from dstbench.results.speedup import reference_row
-from dstbench.results.replicates import frame_points, point_of, same_point
+from dstbench.results.replicates import frame_points, point_of
 from dstbench.results.record import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
+from dstbench.results.pooling import pool_seeds
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -157,7 +157,11 @@ def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
     several = "run" in derived and derived["run"].nunique() > 1
     executions = _executions_differ(derived)
     swept = bool(frame_points(derived).astype(bool).any())  # a sweep: each row's point, beside its method
-    headers = (["run"] if several else []) + (["point"] if swept else []) + ["method"] + (["execution"] if executions else []) + ["density", "achieved", "status"]
+    seeded = "seed" in derived and derived["seed"].nunique() > 1  # a row per (case, seed): its seed, beside its density
+    headers = (
+        (["run"] if several else []) + (["point"] if swept else []) + ["method"] + (["execution"] if executions else [])
+        + ["density"] + (["seed"] if seeded else []) + ["achieved", "status"]
+    )
 
     def cells(r: pd.Series) -> list[str]:
         return (
@@ -165,10 +169,18 @@ def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
             + ([point_of(r)] if swept else [])
             + [str(r["method"])]
             + ([_execution(r)] if executions else [])
-            + [f"{float(r['density']):g}", _achieved(r), str(r["status"])]
+            + [f"{float(r['density']):g}"] + ([_num(r.get("seed"), ".0f")] if seeded else []) + [_achieved(r), str(r["status"])]
         )
 
     return headers, cells
+
+
+def timed_rows(derived: pd.DataFrame) -> pd.DataFrame:
+    """The rows the speed and memory tables show: in a `mode: both` run with `seeds:`, the later
+    seeds that only trained (their lines say `mode: accuracy`) have no segments to show."""
+    if "mode" not in derived or not (derived["mode"] == "both").any():
+        return derived
+    return derived[derived["mode"] != "accuracy"]
 
 
 def _reference(derived: pd.DataFrame) -> str:
@@ -181,6 +193,7 @@ def _classes(rows: pd.DataFrame) -> list[str]:
 
 @register_table("speed", "Speed", order=10)
 def speed_table(derived: pd.DataFrame) -> Table | None:
+    derived = timed_rows(derived)
     if derived.empty:
         return None
     rows = ordered(derived)
@@ -212,6 +225,7 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
 
 @register_table("memory", "Memory", order=20)
 def memory_table(derived: pd.DataFrame) -> Table | None:
+    derived = timed_rows(derived)
     if derived.empty:
         return None
     rows = ordered(derived)
@@ -239,28 +253,55 @@ def memory_table(derived: pd.DataFrame) -> Table | None:
     )
 
 
+def _seeds_text(r: pd.Series) -> str:
+    """'2 seeds', '1 seed', '1 seed (1 failed)': what a case's pooled top-1 rests on."""
+    n = int(r.get("seeds") or 0)
+    failed = r.get("failed_seeds") if isinstance(r.get("failed_seeds"), list) else []
+    return f"{n} seed{'s' if n != 1 else ''}" + (f" ({len(failed)} failed)" if failed else "")
+
+
+def _top1_text(r: pd.Series) -> str:
+    """Top-1 in percent, the mean over the seeds with its 95% interval where there are several."""
+    if missing(r.get("top1")):
+        return DASH
+    text = f"{float(r['top1']) * 100:.1f}%"
+    low, high = r.get("top1_ci_low"), r.get("top1_ci_high")
+    return text + (f" [{float(low) * 100:.1f}, {float(high) * 100:.1f}]" if present(low) and present(high) else "")
+
+
+def _drop_text(r: pd.Series) -> str:
+    """The drop in percentage points, paired by seed, with its 95% interval over several pairs."""
+    if missing(r.get("top1_drop")):
+        return DASH
+    text = f"{float(r['top1_drop']) * 100:+.2f} pp"
+    low, high = r.get("top1_drop_ci_low"), r.get("top1_drop_ci_high")
+    return text + (f" [{float(low) * 100:+.2f}, {float(high) * 100:+.2f}]" if present(low) and present(high) else "")
+
+
 @register_table("accuracy", "Accuracy", order=30)
 def accuracy_table(derived: pd.DataFrame) -> Table | None:
+    """One row per case, its seeds pooled (`dstbench.results.pooling.pool_seeds`): top-1 as the
+    mean [95% CI], the seeds it rests on, and the drop against the reference paired by seed."""
     if "top1" not in derived or derived["top1"].isna().all():
         return None
-    rows = ordered(derived)
     ref = _reference(derived)
-    headers, cells = _identity(derived)
-    body = []
-    for _, r in rows.iterrows():
-        base = reference_row(same_point(derived, r), ref, float(r["density"]), r.get("run"))
-        drop = DASH
-        if base is not None and not missing(base.get("top1")) and not missing(r.get("top1")):
-            drop = f"{(float(base['top1']) - float(r['top1'])) * 100:+.2f} pp"
-        body.append(
-            cells(r)
-            + [percent(r.get("top1")), percent(r.get("top5")), drop, _num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
-        )
+    rows = ordered(pool_seeds(derived, baseline=ref))
+    headers, cells = _identity(rows)
+    body = [
+        cells(r) + [_top1_text(r), _seeds_text(r), percent(r.get("top5")), _drop_text(r), _num(r.get("epochs"), "g"),
+                    _num(r.get("train_time_s"), ".0f")]
+        for _, r in rows.iterrows()
+    ]
     return Table(
-        headers + ["top-1", "top-5", f"top-1 drop vs {ref}", "epochs", "train s"],
+        headers + ["top-1 [95% CI]", "seeds", "top-5", f"top-1 drop vs {ref} [95% CI]", "epochs", "train s"],
         body,
-        align=["left"] * len(headers) + ["right"] * 5,
-        note="Validation accuracy at the end of training; the drop is in percentage points.",
+        align=["left"] * len(headers) + ["right"] * 6,
+        note=(
+            "Validation accuracy at the end of training. Over several seeds: the mean with a 95% Student-t "
+            "interval (n - 1 degrees of freedom), top-5 and train seconds as means; the drop is the "
+            f"{ref} case's top-1 minus the method's in percentage points, paired by seed, with its interval "
+            "over the pairs. One seed: its own figures, no interval."
+        ),
         row_classes=_classes(rows),
     )
 

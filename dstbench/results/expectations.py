@@ -32,12 +32,15 @@ from dstbench.suite.schema_sections import Expectation
 from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
 from dstbench.util.text import present
 from dstbench.results.derive import DENSITY_TOLERANCE, derive
+from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import same_point
 from dstbench.results.speedup import reference_row
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
 # Metrics measured against another method; `topology_share` is derived but is the case's own.
 RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
+# Gated on a case's mean over its seeds (`_pooled_outcomes`), not line by line.
+POOLED = {"top1", "top1_drop"}
 # The derived column each `bound` of a speedup expectation reads.
 BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
 
@@ -109,14 +112,7 @@ def _value(
         if exp.bound != "value" and present(speedup):
             return None, f"speedup {float(speedup):.3g} has no 95% interval (fewer than 6 paired rounds, or a single segment)"
         return None, f"{exp.metric} not measured"
-    if exp.metric == "top1":
-        return (None, "no top1 in result") if not present(row.get("top1")) else (float(row["top1"]), "")
-    if exp.metric == "top1_drop":
-        ref = reference_row(same_point(frame, row), vs, float(row["density"]), row.get("run"))
-        if ref is None or not present(row.get("top1")) or not present(ref.get("top1")):
-            return None, f"top1 missing for the method or for {vs}"
-        return float(ref["top1"]) - float(row["top1"]), ""
-    raise AssertionError(exp.metric)
+    raise AssertionError(exp.metric)  # top1 and top1_drop: `_pooled_outcomes`
 
 
 def _reference_attempted(frame: pd.DataFrame, vs: str, density: float) -> bool:
@@ -212,6 +208,39 @@ def _density_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
     return Outcome(exp, case, achieved, passed, message)
 
 
+def _pooled_outcomes(
+    exp: Expectation, vs: str, rows: pd.DataFrame, frame: pd.DataFrame, coverage: Coverage | None
+) -> list[Outcome]:
+    """A `top1` or `top1_drop` expectation, one outcome per case over its seeds (a suite's `seeds:`,
+    `dstbench.results.pooling`): the mean is gated, its 95% interval printed beside it; a case any
+    of whose seeds failed fails. With one seed, the case's own figure, as without seeds."""
+    frame = frame if "run" in frame else frame.assign(run="")
+    rows = rows if "run" in rows else rows.assign(run="")
+    pooled = pool_seeds(frame, baseline=vs).set_index(["run", "case_id"], drop=False)
+    outcomes = []
+    for (run, case), lines in rows.groupby(["run", "case_id"], sort=False):
+        failed = lines[lines["status"] != "ok"]
+        if not failed.empty:
+            seed = f" (seed {failed.iloc[0]['seed']:.0f})" if "seed" in lines and lines["seed"].nunique() > 1 else ""
+            outcomes.append(Outcome(exp, case, None, False, f"case status is {failed.iloc[0]['status']}{seed}"))
+            continue
+        row = pooled.loc[(run, case)]
+        drop = exp.metric == "top1_drop"
+        value = row["top1_drop"] if drop else row["top1"]
+        low, high = (row["top1_drop_ci_low"], row["top1_drop_ci_high"]) if drop else (row["top1_ci_low"], row["top1_ci_high"])
+        n = int(row["top1_drop_seeds"] if drop else row["seeds"])
+        if not present(value):
+            reason = _partner_skipped(exp, vs, float(lines.iloc[0]["density"]), coverage)
+            why = f"top1 missing for the method or for {vs}" if drop else "no top1 in result"
+            outcomes.append(_skipped(exp, case, reason) if reason else Outcome(exp, case, None, False, why))
+            continue
+        passed, message = _bounds_message(exp, float(value))
+        if n > 1:
+            message += f" (mean of {n} seeds, 95% CI [{float(low):.4g}, {float(high):.4g}])"
+        outcomes.append(Outcome(exp, case, float(value), passed, message))
+    return outcomes
+
+
 def check_expectations(suite: SuiteConfig, frame: pd.DataFrame, coverage: Coverage | None = None) -> list[Outcome]:
     """One outcome per (expectation, matching case); an expectation that matches nothing fails.
     `coverage` (the run's cases) turns cases left out of the run into SKIPPED outcomes."""
@@ -233,6 +262,9 @@ def evaluate(
             outcomes.append(Outcome(exp, exp.method, None, False, f"no case matches {exp.method!r}{where}"))
             continue
         derived = derive(frame, vs) if exp.metric in DERIVED and len(rows) else frame
+        if exp.metric in POOLED and len(rows):
+            outcomes += _pooled_outcomes(exp, vs, rows, frame, coverage)
+            rows = rows.iloc[0:0]
         for _, row in rows.iterrows():
             case = line_case_id(row)
             if row["status"] != "ok":

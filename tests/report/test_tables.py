@@ -63,8 +63,36 @@ def test_accuracy_table_in_percent_with_the_drop_against_the_reference(tmp_path:
     for line in lines:
         line.top1 = {"rigl": 0.80, "barter": 0.77}.get(line.method)
     derived = derive(load_frame([write_run(tmp_path, "acc", lines)]), "rigl")
-    barter = _cells(accuracy_table(derived), "barter", "0.1")
-    assert barter["top-1"] == "77.0%" and barter["top-1 drop vs rigl"] == "+3.00 pp"
+    table = accuracy_table(derived)
+    barter = _cells(table, "barter", "0.1")
+    assert barter["top-1 [95% CI]"] == "77.0%" and barter["top-1 drop vs rigl [95% CI]"] == "+3.00 pp"
+    assert barter["seeds"] == "1 seed"
+    assert _cells(table, "rigl", "0.1")["top-1 drop vs rigl [95% CI]"] == "—"  # the reference itself
+
+
+def test_accuracy_table_pools_seeds_with_intervals_and_pairs_the_drop_by_seed(tmp_path: Path) -> None:
+    """A hand-made run over seeds 0 and 1: dense 0.80 / 0.90, barter 0.76 / 0.84. Paired, the drops are
+    4 and 6 points: mean 5, 95% t-interval 5 +- 12.706 x 1 = [-7.71, +17.71]. Against one dense line
+    for both seeds (the last, 0.90) they would be 14 and 6; the interval of the difference of the
+    means (unpaired) would be wider."""
+    lines = []
+    for seed, dense, barter in ((0, 0.80, 0.76), (1, 0.90, 0.84)):
+        for line in (ok_line("seeded", "dense", "dense", 1.0, [10.0] * 6, 100, MIB, MIB, 0.0),
+                     ok_line("seeded", "barter", "compact", 0.1, [4.0] * 6, 10, MIB, MIB, 0.0)):
+            line.seed, line.top1 = seed, dense if line.method == "dense" else barter
+            lines.append(line)
+    suite = {"name": "seeded", "reference": "dense", "methods": ["dense", "barter"], "seeds": [0, 1]}
+    derived = derive(load_frame([write_run(tmp_path, "seeded", lines, suite=suite)]), "dense")
+    table = accuracy_table(derived)
+    assert [row[table.headers.index("method")] for row in table.rows] == ["dense", "barter"]  # a row per case
+    barter = _cells(table, "barter", "0.1")
+    assert barter["seeds"] == "2 seeds"
+    assert barter["top-1 [95% CI]"] == "80.0% [29.2, 130.8]"  # 0.80 +- 12.706 * 0.0566 / 1.414
+    assert barter["top-1 drop vs dense [95% CI]"] == "+5.00 pp [-7.71, +17.71]"
+    assert "paired by seed" in table.note
+    # The speed table keeps a row per (case, seed), its seed named.
+    speed = speed_table(derived)
+    assert "seed" in speed.headers and len(speed.rows) == 4
 
 
 def test_several_runs_add_a_run_column(tmp_path: Path) -> None:
