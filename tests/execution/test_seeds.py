@@ -152,3 +152,38 @@ def test_check_compare_and_export_keep_every_seed(both_run: Path) -> None:
     document, skipped = export_run(both_run)
     assert [b["param"] for b in document["benchmarks"]] == ["dense@1 seed=0", "rigl@0.5 seed=0"]
     assert skipped == ["dense@1 seed=1 (ok)", "rigl@0.5 seed=1 (ok)"]  # trained only: no segments to export
+
+
+def test_top1_expectations_gate_the_mean_over_seeds_and_print_its_interval(both_run: Path) -> None:
+    from dstbench.results.expectations import evaluate
+    from dstbench.suite.schema_sections import Expectation
+
+    frame = load_frame([both_run])
+    pooled = dstbench.load_run(both_run).frame().set_index("case_id")
+    top1, drop = pooled.loc["rigl@0.5", "top1"], pooled.loc["rigl@0.5", "top1_drop"]
+    expect = [
+        Expectation(metric="top1", method="rigl", min=round(top1, 6) - 1e-6),  # the mean passes ...
+        Expectation(metric="top1", method="rigl", min=round(top1, 6) + 1e-6),  # ... and fails just above it
+        Expectation(metric="top1_drop", method="rigl", max=1.0),
+    ]
+    passed, failed, gated_drop = evaluate(expect, "dense", frame, run_coverage(both_run))
+    assert (passed.case, passed.passed, passed.value) == ("rigl@0.5", True, pytest.approx(top1))
+    assert not failed.passed and failed.value == pytest.approx(top1)
+    low, high = pooled.loc["rigl@0.5", "top1_ci_low"], pooled.loc["rigl@0.5", "top1_ci_high"]
+    assert passed.message.endswith(f"(mean of 2 seeds, 95% CI [{low:.4g}, {high:.4g}])")
+    assert gated_drop.value == pytest.approx(drop) and "mean of 2 seeds" in gated_drop.message
+    # A seed that failed fails the case's gate, naming the seed.
+    broken = frame.assign(status=["ok", "ok", "ok", "error"])
+    assert evaluate(expect[:1], "dense", broken)[0].message == "case status is error (seed 1)"
+
+
+def test_check_counts_case_and_seed_pairs(both_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / both_run.name
+    shutil.copytree(both_run, copy)
+    lines = (copy / "results.jsonl").read_text().splitlines()
+    (copy / "results.jsonl").write_text("\n".join(lines[:3]) + "\n")  # rigl@0.5 at seed 1 never finished
+    verdict = dstbench.load_run(copy).check()
+    assert not verdict.passed and verdict.coverage.missing == ["rigl@0.5 seed=1"]
+    assert "3 of 4 cases (1 not run: rigl@0.5 seed=1)" in verdict.coverage.summary()
