@@ -105,20 +105,22 @@ def compare(
     memory_only: bool = False,
     time_basis: str = "auto",
     strict: bool = False,
+    top1_threshold: float = 1.0,
 ) -> Comparison:
     """Gate `current` against `baseline` as `dstbench compare` does (same options, same verdicts):
     time changes beyond `time_threshold` percent that are significant at family-wise `alpha`, memory
-    changes beyond `memory_threshold` percent. `strict`: a different environment, or an inconclusive
-    case, does not pass."""
-    from dstbench.gates.compare import CompareInputError, compare_runs, load_side
+    changes beyond `memory_threshold` percent, top-1 changes beyond `top1_threshold` points that seed
+    noise cannot explain. `strict`: a different environment, or an inconclusive case, does not pass."""
+    from dstbench.gates.compare import compare_runs
+    from dstbench.gates.sides import CompareInputError, load_side
 
-    if time_threshold < 0 or memory_threshold < 0 or not 0 < alpha < 1:
+    if time_threshold < 0 or memory_threshold < 0 or top1_threshold < 0 or not 0 < alpha < 1:
         raise CompareInputError("thresholds must be >= 0 and alpha in (0, 1)")
     if time_basis not in ("auto", "relative", "absolute"):
         raise CompareInputError(f"time_basis must be auto, relative or absolute, not {time_basis!r}")
     sides = [load_side(side.path if isinstance(side, Run) else side) for side in (baseline, current)]
     result = compare_runs(
         *sides, time_threshold=time_threshold, memory_threshold=memory_threshold, alpha=alpha,
-        memory_only=memory_only, time_basis=time_basis,
+        memory_only=memory_only, time_basis=time_basis, top1_threshold=top1_threshold,
     )
     return Comparison(result, strict=strict)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from dstbench.gates.compare import Comparison as GateComparison
 
 FRAME_COLUMNS = (
-    "case_id", "method", "density", "metric", "baseline", "current", "change", "ci_low", "ci_high", "p_value",
+    "case_id", "method", "density", "seed", "metric", "baseline", "current", "change", "ci_low", "ci_high", "p_value",
     "basis", "verdict", "note",
 )
 
@@ -65,7 +65,9 @@ class Comparison:
     def frame(self) -> "pd.DataFrame":
         """One row per case and metric: `status` (ok or not on each side), `time` (median segment
         ms, the change current/baseline - 1 with its interval, the Holm-adjusted p-value) and each
-        memory metric (bytes, exact change). `verdict`: regression, improvement, unchanged,
+        memory metric (bytes, exact change); `top1` per trained case over its seeds (`seed` empty: the
+        mean top-1 of each side, the change in fraction with its 95% interval, `basis` what it rests
+        on: paired by seed, unpaired, one seed). `verdict`: regression, improvement, unchanged,
         inconclusive or not gated."""
         import pandas as pd
 
@@ -89,6 +91,12 @@ class Comparison:
             for m in case.memory:
                 rows.append({**base, "metric": m.metric, "baseline": m.baseline, "current": m.current, "change": m.change,
                              "basis": "exact", "verdict": m.verdict})
+        for t in self.result.top1:
+            rows.append({
+                "case_id": t.case, "method": t.method, "density": t.density, "seed": None, "metric": "top1",
+                "baseline": t.baseline, "current": t.current, "change": t.change, "ci_low": t.ci_low, "ci_high": t.ci_high,
+                "basis": t.basis, "verdict": t.verdict, "note": t.note,
+            })
         return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
 
 
@@ -98,6 +106,6 @@ def _minus_one(value: float) -> float:
 
 def _case(key: tuple[str, str, float, int | None], result: Any) -> str:
     """A case one run lacks, as `case` names the compared ones (with its seed where the runs hold several)."""
-    from dstbench.gates.compare import key_text, several_seeds
+    from dstbench.gates.sides import key_text, several_seeds
 
     return key_text(key, seeded=several_seeds(result.baseline, result.current))

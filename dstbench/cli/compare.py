@@ -13,7 +13,7 @@ from dstbench.util.files import output_file_problem, write_atomic
 
 
 def add_parser(commands: Commands) -> None:
-    p = add_command(commands, "compare", "gate a run against a baseline run (time and memory regressions)")
+    p = add_command(commands, "compare", "gate a run against a baseline run (time, memory and top-1 regressions)")
     p.add_argument("baseline", metavar="BASELINE_RUN", help="the run folder to compare against")
     p.add_argument("current", metavar="CURRENT_RUN", help="the run folder being judged")
     p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT", help="time change, in percent, that counts when significant")
@@ -23,6 +23,8 @@ def add_parser(commands: Commands) -> None:
                    help="relative: each case's time relative to its own run's dense, round by round, which cancels "
                    "machine-wide shifts (dense itself is not gated); absolute: each case's own times; auto (default): "
                    "relative where both runs have the case's dense, else absolute")
+    p.add_argument("--top1-threshold", type=float, default=1.0, metavar="PP",
+                   help="top-1 change, in percentage points, that counts when seed noise cannot explain it")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
     p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version is an error (exit 2); an inconclusive case fails (exit 1)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
@@ -31,11 +33,12 @@ def add_parser(commands: Commands) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Loaded here, not at the top: scipy and numpy are for this command alone.
-    from dstbench.gates.compare import CompareInputError, compare_runs, exit_code, load_side
+    from dstbench.gates.compare import compare_runs, exit_code
+    from dstbench.gates.sides import CompareInputError, load_side
     from dstbench.gates.comparison_text import render
 
     try:
-        if args.time_threshold < 0 or args.memory_threshold < 0 or not 0 < args.alpha < 1:
+        if args.time_threshold < 0 or args.memory_threshold < 0 or args.top1_threshold < 0 or not 0 < args.alpha < 1:
             raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
         problem = output_file_problem(args.markdown, "--markdown", [args.baseline, args.current]) if args.markdown else None
         if problem:
@@ -43,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
         comparison = compare_runs(
             load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
             memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
-            time_basis=args.time_basis,
+            time_basis=args.time_basis, top1_threshold=args.top1_threshold,
         )
     except CompareInputError as exc:
         print(f"dstbench compare: {exc}", file=sys.stderr)

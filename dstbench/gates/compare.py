@@ -23,9 +23,12 @@ makes the time verdict inconclusive, whatever the numbers say: starved segments 
 machine's load, not the code.
 Memory is judged from exact figures (allocator peak where both runs have it, training-state and
 activation bytes always) against its own threshold, with no test: byte counts do not jitter.
+Top-1, where both runs trained a case, is judged per case over its seeds, paired by seed where the
+runs have the same seeds (`dstbench.gates.top1_compare`): a drop beyond the threshold that seed
+noise cannot explain is a regression, one that it can is inconclusive.
 
 Exit codes (`exit_code`): 0 no regression, 1 a regression (or, with --strict, an inconclusive
-case), 2 unusable input (missing files, no matching cases, or, with --strict, runs from different
+case or top-1), 2 unusable input (missing files, no matching cases, or, with --strict, runs from different
 environments).
 """
 
@@ -33,48 +36,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dstbench.suite.cases import case_id, case_key
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.derive import contended_in_a_group, noise_level
-from dstbench.results.replicates import stored_seed
+from dstbench.gates.sides import CompareInputError, Key, Side, env_differences, key_order, key_text, several_seeds
+from dstbench.gates.top1_compare import Top1Verdict, compare_top1
 from dstbench.results.intervals import (
     BetweenProcesses, UnitSamples, difference, holm, interval, judged_units, paired_units, pool_between, sample_units,
     summarize,
 )
-from dstbench.results.record import iter_results, report_columns, segment_samples
-from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
-from dstbench.util.files import RESULTS_FILE
+from dstbench.results.record import report_columns, segment_samples
 
 # Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
 MEMORY_METRICS = report_columns("bytes")  # the fields the trackers declare with a `bytes` column
-# What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
-# and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
-ENV_KEYS = (
-    ("device_type", "device"), ("device_name", "GPU/CPU model"), ("torch", "torch version"), ("timm", "timm version"),
-)
-
-Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
-
-
-class CompareInputError(Exception):
-    """The runs cannot be compared (exit 2)."""
-
-
-@dataclasses.dataclass
-class Side:
-    """One run folder: its metadata and its last result line per (suite hash, method, density, seed)."""
-
-    path: Path
-    meta: dict[str, Any]
-    cases: dict[Key, dict[str, Any]]
-
-
 @dataclasses.dataclass
 class TimeVerdict:
     baseline_ms: float  # median segment time of each side, for the reader
@@ -147,6 +125,16 @@ class Comparison:
     only_current: list[Key]
     env_differences: list[str]
     settings: dict[str, Any]
+    # Top-1 per case over its seeds (`dstbench.gates.top1_compare`); empty where neither run trained.
+    top1: list[Top1Verdict] = dataclasses.field(default_factory=list)
+
+    @property
+    def top1_regressed(self) -> list[Top1Verdict]:
+        return [v for v in self.top1 if v.verdict == "regression"]
+
+    @property
+    def top1_inconclusive(self) -> list[Top1Verdict]:
+        return [v for v in self.top1 if v.verdict == "inconclusive"]
 
     @property
     def regressed(self) -> list[CaseComparison]:
@@ -159,61 +147,6 @@ class Comparison:
     @property
     def inconclusive(self) -> list[CaseComparison]:
         return [c for c in self.cases if c.inconclusive and not c.regressions]
-
-
-def _key(line: dict[str, Any], run_seed: int | None = None) -> Key:
-    # Densities are floats written by the same code; rounding guards against 0.1 vs 0.1000000001.
-    seed = line.get("seed")
-    return (
-        str(line.get("suite_hash")), str(line.get("method")), round(float(line.get("density") or 0.0), 6),
-        int(seed) if seed is not None else run_seed,
-    )
-
-
-def key_text(key: Key, sweep: dict[str, Any] | None = None, seeded: bool = False) -> str:
-    """A matched case as reports name it: its case id, with its seed where the runs hold several."""
-    return case_key(case_id(key[1], key[2], sweep), key[3] if seeded else None)
-
-
-def _key_order(key: Key) -> tuple[str, str, float, int]:
-    return (key[0], key[1], key[2], -1 if key[3] is None else key[3])
-
-
-def several_seeds(*sides: "Side") -> bool:
-    return len({k[3] for side in sides for k in side.cases}) > 1
-
-
-def load_side(path: str | Path) -> Side:
-    """Read a run folder; `CompareInputError` when it is not one."""
-    path = Path(path)
-    if not path.is_dir():
-        raise CompareInputError(f"{path}: not a run folder")
-    try:
-        require_results([path])
-        meta = load_run_meta(path, required=True)
-    except RunDirError as exc:
-        raise CompareInputError(str(exc)) from None
-    cases: dict[Key, dict[str, Any]] = {}
-    run_seed = stored_seed(path)  # what a line without a seed ran with
-    for line in iter_results(path):
-        cases[_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
-    if not cases:
-        raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
-    return Side(path, meta, cases)
-
-
-def run_env(side: Side) -> dict[str, str]:
-    """The environment the run's cases report, per key; several values are joined with ' | '."""
-    env: dict[str, str] = {}
-    for key, _ in ENV_KEYS:
-        values = sorted({str(line.get("env", {}).get(key)) for line in side.cases.values() if line.get("env")})
-        env[key] = " | ".join(values) if values else "unknown"
-    return env
-
-
-def env_differences(baseline: Side, current: Side) -> list[str]:
-    base, cur = run_env(baseline), run_env(current)
-    return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if base[key] != cur[key]]
 
 
 TIME_BASES = ("auto", "relative", "absolute")
@@ -401,11 +334,14 @@ def _hashes(side: Side) -> str:
 
 def compare_runs(
     baseline: Side, current: Side, *, time_threshold: float = 10.0, memory_threshold: float = 1.0,
-    alpha: float = 0.05, memory_only: bool = False, time_basis: str = "auto",
+    alpha: float = 0.05, memory_only: bool = False, time_basis: str = "auto", top1_threshold: float = 1.0,
 ) -> Comparison:
-    """Match the two runs' cases and judge each; `CompareInputError` when no case matches."""
+    """Match the two runs' cases and judge each (and, unless `memory_only`, each trained case's
+    top-1 over its seeds: `dstbench.gates.top1_compare`, `top1_threshold` in points);
+    `CompareInputError` when no case matches."""
     common = [k for k in baseline.cases if k in current.cases]
-    if not common:
+    top1 = [] if memory_only else compare_top1(baseline, current, top1_threshold)
+    if not common and not top1:
         raise CompareInputError(
             "no case matches (same suite hash, method, density and seed) between the runs: "
             f"baseline suite hash {_hashes(baseline)}, current {_hashes(current)}; a changed suite "
@@ -429,14 +365,15 @@ def compare_runs(
         baseline=baseline,
         current=current,
         cases=cases,
-        only_baseline=sorted((k for k in baseline.cases if k not in current.cases), key=_key_order),
-        only_current=sorted((k for k in current.cases if k not in baseline.cases), key=_key_order),
+        only_baseline=sorted((k for k in baseline.cases if k not in current.cases), key=key_order),
+        only_current=sorted((k for k in current.cases if k not in baseline.cases), key=key_order),
         env_differences=env_differences(baseline, current),
         settings={
             "time_threshold": time_threshold, "memory_threshold": memory_threshold,
-            "alpha": alpha, "memory_only": memory_only, "time_basis": time_basis, "tests": sum(
-                1 for c in cases if c.time is not None and math.isfinite(c.time.p_raw)),
+            "alpha": alpha, "memory_only": memory_only, "time_basis": time_basis, "top1_threshold": top1_threshold,
+            "tests": sum(1 for c in cases if c.time is not None and math.isfinite(c.time.p_raw)),
         },
+        top1=top1,
     )
 
 
@@ -445,6 +382,8 @@ def exit_code(comparison: Comparison, strict: bool) -> int:
     (or, under `strict`, an inconclusive case), else 0."""
     if strict and comparison.env_differences:
         return EXIT_USAGE  # the figures are not comparable, so neither verdict can be trusted
-    if comparison.regressed or (strict and comparison.inconclusive):
+    if comparison.regressed or comparison.top1_regressed:
+        return EXIT_FAILED
+    if strict and (comparison.inconclusive or comparison.top1_inconclusive):
         return EXIT_FAILED
     return EXIT_OK

@@ -7,7 +7,8 @@ import math
 
 from tabulate import tabulate
 
-from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code, key_text, several_seeds
+from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code
+from dstbench.gates.sides import key_text, several_seeds
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_USAGE
 from dstbench.util.text import markdown_text, percent
 
@@ -41,6 +42,25 @@ def _verdict_cell(c: CaseComparison) -> str:
     if c.time is not None and c.time.verdict == "not gated":
         return "ok (time not gated: the reference of relative gating)"
     return "ok"
+
+
+def _points(value: float, signed: bool = False) -> str:
+    return f"{value * 100:{'+' if signed else ''}.2f}" if math.isfinite(value) else "—"
+
+
+def top1_table(comparison: Comparison, fmt: str = "simple") -> str:
+    """One row per trained case: top-1 on each side (mean over its seeds), the change in points with
+    its 95% interval and what it rests on, and the verdict (`dstbench.gates.top1_compare`)."""
+    rows = []
+    for t in comparison.top1:
+        change = f"{_points(t.change, True)} pp" + (
+            f" [{_points(t.ci_low, True)}, {_points(t.ci_high, True)}]" if math.isfinite(t.ci_low) else "")
+        rows.append([t.case, f"{_points(t.baseline)}%", f"{_points(t.current)}%", change, t.basis, t.verdict, t.note])
+    if fmt == "github":
+        rows = [[markdown_text(cell) for cell in row] for row in rows]
+    threshold = comparison.settings.get("top1_threshold", 1.0)
+    headers = ["case", "top-1 baseline", "top-1 current", "change [95% CI]", "over", f"verdict (+/-{threshold:g} pp)", "notes"]
+    return "top-1 (mean over each run's seeds):\n" + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
 def table(comparison: Comparison, fmt: str = "simple") -> str:
@@ -85,6 +105,8 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
         if keys:
             seeded = several_seeds(comparison.baseline, comparison.current)
             lines += ["", f"{label} (not compared): " + ", ".join(f"{key_text(k, seeded=seeded)} [suite {k[0]}]" for k in keys)]
+    if comparison.top1:
+        lines += ["", top1_table(comparison, "github" if markdown else "simple")]
     regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
     lines += [
         "",
@@ -93,6 +115,13 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
         + (" (--strict: a failure)" if strict and inconclusive else "")
         + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
     ]
+    if comparison.top1:
+        counts = {v: sum(t.verdict == v for t in comparison.top1) for v in ("regression", "improvement", "inconclusive")}
+        noise = sum("within seed noise" in t.note for t in comparison.top1)
+        lines.append(
+            f"top-1 of {len(comparison.top1)} cases: {counts['regression']} regressed, {counts['improvement']} improved, "
+            f"{counts['inconclusive']} inconclusive, {noise} within seed noise"
+        )
     verdict = overall_verdict(comparison, strict)
     lines += ["", f"**Verdict: {verdict}**" if markdown else f"verdict: {verdict}"]
     return "\n".join(lines) + "\n"
@@ -106,7 +135,9 @@ def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
         return "ERROR: the runs' environments differ (--strict)"
     if code == EXIT_FAILED:
         parts = [f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed]
+        parts += [f"{t.case} (top-1 {_points(t.change, True)} pp)" for t in comparison.top1_regressed]
         if strict:
             parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]
+            parts += [f"{t.case} (top-1 inconclusive, --strict)" for t in comparison.top1_inconclusive]
         return "FAIL: " + "; ".join(parts)
     return f"PASS: no regression in {len(comparison.cases)} cases"

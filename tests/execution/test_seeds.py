@@ -13,7 +13,8 @@ import yaml
 
 import dstbench
 from dstbench.execution.orchestrator import run_suite
-from dstbench.gates.compare import compare_runs, load_side
+from dstbench.gates.compare import compare_runs
+from dstbench.gates.sides import load_side
 from dstbench.gates.export import export_run
 from dstbench.gates.run_verdict import failed_case_list
 from dstbench.results.coverage import run_coverage

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from dstbench.cli import main
-from dstbench.gates.compare import Comparison, case_basis, compare_runs, load_side
+from dstbench.gates.compare import Comparison, case_basis, compare_runs
+from dstbench.gates.sides import load_side
 from dstbench.gates.comparison_text import render
 from dstbench.results.intervals import BetweenProcesses, holm, interval, paired_units, summarize
 from tests.gates.synthetic import BASE_MS, CPU_ENV, GPU_ENV, line, scaled, write_run

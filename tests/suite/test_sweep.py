@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from dstbench.cli import main
-from dstbench.gates.compare import compare_runs, load_side
+from dstbench.gates.compare import compare_runs
+from dstbench.gates.sides import load_side
 from dstbench.results.derive import derive, load_frame
 from dstbench.results.record import iter_results, read_results
 from dstbench.suite.cases import case_id, point_tag, value_text

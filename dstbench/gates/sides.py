@@ -1,0 +1,94 @@
+"""The two sides of `dstbench compare`: each run folder's lines by (suite hash, method, density,
+seed), how a matched case is named, and the environment each side ran in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from dstbench.results.record import iter_results
+from dstbench.results.replicates import stored_seed
+from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
+from dstbench.suite.cases import case_id, case_key
+from dstbench.util.files import RESULTS_FILE
+
+# What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
+# and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
+ENV_KEYS = (
+    ("device_type", "device"), ("device_name", "GPU/CPU model"), ("torch", "torch version"), ("timm", "timm version"),
+)
+
+Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
+
+
+class CompareInputError(Exception):
+    """The runs cannot be compared (exit 2)."""
+
+
+@dataclasses.dataclass
+class Side:
+    """One run folder: its metadata and its last result line per (suite hash, method, density, seed)."""
+
+    path: Path
+    meta: dict[str, Any]
+    cases: dict[Key, dict[str, Any]]
+
+
+def line_key(line: dict[str, Any], run_seed: int | None = None) -> Key:
+    """A line's key; `run_seed` for a line without a seed (its run's first seed)."""
+    # Densities are floats written by the same code; rounding guards against 0.1 vs 0.1000000001.
+    seed = line.get("seed")
+    return (
+        str(line.get("suite_hash")), str(line.get("method")), round(float(line.get("density") or 0.0), 6),
+        int(seed) if seed is not None else run_seed,
+    )
+
+
+def key_text(key: Key, sweep: dict[str, Any] | None = None, seeded: bool = False) -> str:
+    """A matched case as reports name it: its case id, with its seed where the runs hold several."""
+    return case_key(case_id(key[1], key[2], sweep), key[3] if seeded else None)
+
+
+def key_order(key: Key) -> tuple[str, str, float, int]:
+    """Sorts keys with and without a seed alike (None first)."""
+    return (key[0], key[1], key[2], -1 if key[3] is None else key[3])
+
+
+def several_seeds(*sides: Side) -> bool:
+    """Whether the sides hold more than one seed between them: names then carry the seed."""
+    return len({k[3] for side in sides for k in side.cases}) > 1
+
+
+def load_side(path: str | Path) -> Side:
+    """Read a run folder; `CompareInputError` when it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CompareInputError(f"{path}: not a run folder")
+    try:
+        require_results([path])
+        meta = load_run_meta(path, required=True)
+    except RunDirError as exc:
+        raise CompareInputError(str(exc)) from None
+    cases: dict[Key, dict[str, Any]] = {}
+    run_seed = stored_seed(path)  # what a line without a seed ran with
+    for line in iter_results(path):
+        cases[line_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
+    if not cases:
+        raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
+    return Side(path, meta, cases)
+
+
+def run_env(side: Side) -> dict[str, str]:
+    """The environment the run's cases report, per key; several values are joined with ' | '."""
+    env: dict[str, str] = {}
+    for key, _ in ENV_KEYS:
+        values = sorted({str(line.get("env", {}).get(key)) for line in side.cases.values() if line.get("env")})
+        env[key] = " | ".join(values) if values else "unknown"
+    return env
+
+
+def env_differences(baseline: Side, current: Side) -> list[str]:
+    base, cur = run_env(baseline), run_env(current)
+    return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if base[key] != cur[key]]
