@@ -1,12 +1,12 @@
-"""Runs of one suite that differ only in `seed:`: means and confidence intervals over the seeds
-(a run's own `seeds:` are pooled by `dstbench.results.pooling`, with the same interval).
+"""Runs of one suite that differ only in `seed:`: means and confidence intervals over the seeds,
+by the code that pools a suite's own `seeds:` in one run folder (`joined_seeds` makes such runs
+one run over their seeds, `dstbench.results.pooling.pool_seeds` pools it).
 
 `dstbench report RUN_A RUN_B RUN_C`, given such runs, adds the "Over seeds" table: per (method,
 density), the mean of each accuracy figure over the runs with its 95% Student-t interval (n - 1
 degrees of freedom: with 3 seeds the half-width is 4.30 standard errors). Runs that differ in
 anything else (model, data, epochs, methods' params...) are not pooled: the table is then left out,
-and `seed_summary` refuses them. `seed_summary` is the same table as a DataFrame, for scripts
-(`reports/barter_ablation/make_readme.py`).
+and `seed_summary` refuses them. `seed_summary` is the same table as a DataFrame, for scripts.
 
 The seed and the settings come from each run folder's `suite.yaml` (read without validation, so
 no dataset or torch is needed).
@@ -19,12 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import yaml
 
 from dstbench.report.sections import Table, register_table
-from dstbench.results.pooling import mean_ci
+from dstbench.results.pooling import pool_seeds
 from dstbench.util.files import SUITE_FILE
 
 SEED_METRICS = ("top1", "top5")
@@ -61,48 +60,49 @@ def seed_runs(run_dirs: Iterable[str | Path]) -> dict[str, int]:
     return seeds
 
 
+def joined_seeds(frame: pd.DataFrame) -> pd.DataFrame:
+    """The lines of runs that differ only in their seed (`seed_runs`; ValueError otherwise) as one
+    run over those seeds: each line's `seed` its run's, `run` one label. What a suite's `seeds:`
+    gives in one run folder, so both are pooled by the same code (`dstbench.results.pooling`)."""
+    seeds = seed_runs(pd.unique(frame["run"]))
+    label = " + ".join(Path(run).name for run in seeds)
+    return frame.assign(seed=frame["run"].astype(str).map(seeds), run=label)
+
+
 def seed_summary(frame: pd.DataFrame, metrics: Sequence[str] = SEED_METRICS, level: float = 0.95) -> pd.DataFrame:
     """One row per (method, density) of result lines from runs that differ only in their seed:
-    `n` (finished cases), `seeds`, and per metric `<m>_mean`, `<m>_ci_low`, `<m>_ci_high`.
-    Methods keep the order of the first run, densities go high to low."""
-    seeds = seed_runs(pd.unique(frame["run"]))
-    ok = frame[frame["status"] == "ok"] if "status" in frame else frame
+    `n` (finished cases), `seeds`, and per metric `<m>_mean`, `<m>_ci_low`, `<m>_ci_high`
+    (`pool_seeds` over `joined_seeds`). Methods keep the order of the first run, densities go high
+    to low."""
+    joined = joined_seeds(frame)
+    ok = joined[joined["status"] == "ok"] if "status" in joined else joined
     metrics = [m for m in metrics if m in ok and ok[m].notna().any()]
+    pooled = pool_seeds(joined, level=level)
+    pooled = pooled[pooled["seeds"] > 0]
+    if pooled.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({"method": pooled["method"], "density": pooled["density"].astype(float), "n": pooled["seeds"],
+                        "seeds": [sorted(s) for s in pooled["seed_list"]]})
+    for metric in metrics:
+        out[f"{metric}_mean"], out[f"{metric}_ci_low"], out[f"{metric}_ci_high"] = (
+            pooled[metric], pooled[f"{metric}_ci_low"], pooled[f"{metric}_ci_high"])
     method_rank = {m: i for i, m in enumerate(pd.unique(frame["method"]))}
-    rows = []
-    for (method, density), cases in ok.groupby(["method", "density"], sort=False):
-        row: dict[str, Any] = {
-            "method": method, "density": float(density), "n": len(cases),
-            "seeds": sorted(seeds[str(run)] for run in cases["run"]),
-        }
-        for metric in metrics:
-            values = pd.to_numeric(cases[metric], errors="coerce").tolist()
-            row[f"{metric}_mean"], row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = mean_ci(values, level)
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
     out = out.assign(_rank=out["method"].map(method_rank), _density=-out["density"])
     return out.sort_values(["_density", "_rank"], kind="stable").drop(columns=["_rank", "_density"]).reset_index(drop=True)
 
 
-def paired_difference(frame: pd.DataFrame, baseline: str, metric: str = "top1", level: float = 0.95) -> pd.DataFrame:
-    """Per (method, density), `metric` minus the `baseline` method's at the same density and seed,
-    pooled over the seeds both finished: `n`, `diff_mean`, `diff_ci_low`, `diff_ci_high`. Pairing
-    by seed takes out what a seed does to every method alike (initial weights, data order)."""
-    seeds = seed_runs(pd.unique(frame["run"]))
-    ok = frame[(frame["status"] == "ok") if "status" in frame else slice(None)]
-    ok = ok.assign(seed=ok["run"].astype(str).map(seeds), value=pd.to_numeric(ok[metric], errors="coerce"))
-    base = ok[ok["method"] == baseline].set_index(["density", "seed"])["value"]
-    rows = []
-    for (method, density), cases in ok[ok["method"] != baseline].groupby(["method", "density"], sort=False):
-        diffs = [v - base[(density, s)] for s, v in zip(cases["seed"], cases["value"]) if (density, s) in base.index]
-        diffs = [d for d in diffs if np.isfinite(d)]  # a seed without the metric on either side pairs nothing
-        if diffs:
-            mean, low, high = mean_ci(diffs, level)
-            rows.append({"method": method, "density": float(density), "n": len(diffs), "diff_mean": mean,
-                         "diff_ci_low": low, "diff_ci_high": high})
-    return pd.DataFrame(rows)
+def paired_difference(frame: pd.DataFrame, baseline: str, level: float = 0.95) -> pd.DataFrame:
+    """Per (method, density), top-1 minus the `baseline` method's at the same density and seed,
+    pooled over the seeds both finished: `n`, `diff_mean`, `diff_ci_low`, `diff_ci_high` (the
+    negated `top1_drop` of `pool_seeds` against `baseline`). Pairing by seed takes out what a seed
+    does to every method alike (initial weights, data order)."""
+    pooled = pool_seeds(joined_seeds(frame), baseline=baseline, level=level)
+    pooled = pooled[(pooled["method"] != baseline) & (pooled["top1_drop_seeds"] > 0)]
+    return pd.DataFrame({
+        "method": pooled["method"], "density": pooled["density"].astype(float), "n": pooled["top1_drop_seeds"],
+        "diff_mean": -pooled["top1_drop"], "diff_ci_low": -pooled["top1_drop_ci_high"],
+        "diff_ci_high": -pooled["top1_drop_ci_low"],
+    }).reset_index(drop=True)
 
 
 def format_mean_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:

@@ -165,6 +165,11 @@ def run_coverage(run_dir: str | Path) -> Coverage | None:
         present = list(dict.fromkeys(line_case_id(line) for line in lines))
     selected = meta.get("selected")
     if isinstance(selected, list):
-        return Coverage(planned, [str(c) for c in selected], present)
+        selected = [str(c) for c in selected]
+        if seeds:
+            # Selected by a one-seed run before `seeds:` were added: by case id, the first seed's.
+            ids = {p.case_id for p in planned}
+            selected = list(dict.fromkeys(case_key(c, seeds[0]) if c in ids else c for c in selected))
+        return Coverage(planned, selected, present)
     # No record of a selection: count the whole suite as asked for.
     return Coverage(planned, [p.key for p in planned], present, recorded=False)

@@ -163,9 +163,11 @@ def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Cove
         return []
     present_ids = {line_case_id(row) for _, row in frame.iterrows()} if len(frame) else set()
     absent = []
+    seen: set[str] = set()  # with `seeds:` a case is planned once per seed; it is gated once
     for case in coverage.planned:
-        if case.case_id in present_ids or not _matches(exp, case.method, case.density):
+        if case.case_id in present_ids or case.case_id in seen or not _matches(exp, case.method, case.density):
             continue
+        seen.add(case.case_id)
         if exp.metric in RELATIVE:
             if case.method == vs:
                 continue
@@ -176,7 +178,7 @@ def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Cove
 
 
 def _absent_outcome(exp: Expectation, case: PlannedCase, coverage: Coverage) -> Outcome:
-    if case.case_id in coverage.unselected:
+    if case.key in coverage.unselected:
         return _skipped(exp, case.case_id, "not selected for this run (--only / --density)")
     if not coverage.recorded:
         return _skipped(exp, case.case_id, "no result line, and this run folder's run.json does not record whether it was selected")
@@ -188,7 +190,7 @@ def _partner_skipped(exp: Expectation, vs: str, density: float, coverage: Covera
     if coverage is None or exp.metric not in RELATIVE:
         return None
     partner = _planned_partner(coverage, vs, density)
-    if partner is not None and partner.case_id in coverage.unselected:
+    if partner is not None and partner.key in coverage.unselected:
         return f"{partner.case_id}, which it compares with, was not selected for this run"
     return None
 

@@ -29,12 +29,14 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float,
     return (mean, mean - half, mean + half)
 
 
+# Pooled over a case's seeds with an interval: each gets `<m>_ci_low`, `<m>_ci_high`, `<m>_std`.
+POOLED_METRICS = ("top1", "top5")
+POOLED_MEANS = ("train_time_s",)  # also pooled, as plain means over the ok seeds
 # What `pool_seeds` adds to each case's row.
 POOLED_COLUMNS = (
-    "seeds", "failed_seeds", "top1", "top1_ci_low", "top1_ci_high", "top1_std", "top1_drop", "top1_drop_ci_low",
-    "top1_drop_ci_high", "top1_drop_seeds",
+    "seeds", "seed_list", "failed_seeds", *(f"{m}{s}" for m in POOLED_METRICS for s in ("", "_ci_low", "_ci_high", "_std")),
+    "top1_drop", "top1_drop_ci_low", "top1_drop_ci_high", "top1_drop_seeds",
 )
-POOLED_MEANS = ("top5", "train_time_s")  # also pooled, as plain means over the ok seeds
 
 
 def _first_seed_row(rows: pd.DataFrame, first_seed: Any) -> pd.Series:
@@ -48,20 +50,23 @@ def _first_seed_row(rows: pd.DataFrame, first_seed: Any) -> pd.Series:
 
 
 def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.95) -> pd.DataFrame:
-    """One row per case (run, case id) of a frame with one row per (case, seed), as `Run.frame()`
-    shows it. Over the seeds whose line is ok: `seeds` (how many), `top1` (their mean),
-    `top1_ci_low`/`top1_ci_high` (Student-t interval at `level`, n - 1 degrees of freedom; NaN
-    with one seed), `top1_std` (sample standard deviation; NaN with one seed), and `top1_drop`:
-    `baseline`'s top-1 minus the case's, paired by seed (the same run, sweep point and seed; a
-    seed counts where both are ok), its interval and `top1_drop_seeds` (the pairs it rests on).
-    `top5` and `train_time_s` are their means too. `failed_seeds` lists the seeds whose line is
-    not ok; `status` is ok only when none is. Every other column is the first seed's (its speed
-    and memory figures: the timed seed unless `timing.per_seed`)."""
+    """One row per case (run, method, density, sweep point) of a frame with one row per (case, seed), as `Run.frame()`
+    shows it. Over the seeds whose line is ok: `seeds` (how many) and `seed_list` (which), and for
+    top-1 and top-5 their mean (`top1`, `top5`), Student-t interval at `level` (`top1_ci_low`,
+    `top1_ci_high`, n - 1 degrees of freedom; NaN with one seed) and sample standard deviation
+    (`top1_std`; NaN with one seed); `top1_drop`: `baseline`'s top-1 minus the case's, paired by
+    seed (the same run, sweep point and seed; a seed counts where both are ok), its interval and
+    `top1_drop_seeds` (the pairs it rests on); `train_time_s` their mean. `failed_seeds` lists the
+    seeds whose line is not ok; `status` is ok only when none is. Every other column is the first
+    seed's (its speed and memory figures: the timed seed unless `timing.per_seed`)."""
     if derived.empty:
         return derived.assign(**{c: pd.Series(dtype=float) for c in POOLED_COLUMNS})
+    derived = derived.reset_index(drop=True)  # rows are told apart by their index below
     frame = derived.assign(_point=frame_points(derived), _order=range(len(derived)))
     ok = frame["status"] == "ok"
-    top1 = pd.to_numeric(frame["top1"], errors="coerce") if "top1" in frame else pd.Series(np.nan, index=frame.index)
+    values_of = {m: pd.to_numeric(frame[m], errors="coerce") if m in frame else pd.Series(np.nan, index=frame.index)
+                 for m in (*POOLED_METRICS, *POOLED_MEANS)}
+    top1 = values_of["top1"]
     base = frame[(frame["method"] == baseline) & ok]
     # The baseline's top-1 by (run, point, seed); dense runs at 1.0, any other baseline at the case's density.
     base_top1 = {
@@ -71,11 +76,19 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
     at_one = not base.empty and (base["kind"] == "dense").all()
     first_seeds = {run: stored_seed(run) for run in pd.unique(frame["run"].astype(str))} if "run" in frame else {}
     rows = []
-    for (run, _case), cases in frame.groupby([frame["run"].astype(str), "case_id"], sort=False):
+    # A case is its method, density and sweep point (what its id is made of) within its run.
+    cases_of = frame.groupby([frame["run"].astype(str), "method", frame["density"].astype(float), "_point"], sort=False)
+    for (run, *_), cases in cases_of:
         row = _first_seed_row(cases, first_seeds.get(run)).to_dict()
         good = cases[ok[cases.index]]
-        values = [float(v) for v in top1[good.index] if math.isfinite(v)]
-        mean, low, high = mean_ci(values, level)
+        pooled_values: dict[str, Any] = {}
+        for metric in POOLED_METRICS:
+            values = [float(v) for v in values_of[metric][good.index] if math.isfinite(v)]
+            mean, low, high = mean_ci(values, level)
+            std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+            pooled_values.update({metric: mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high, f"{metric}_std": std})
+        for metric in POOLED_MEANS:
+            pooled_values[metric] = mean_ci(values_of[metric][good.index].tolist())[0]
         drops = []
         for index, case in good.iterrows():
             if case["method"] == baseline:
@@ -86,15 +99,13 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
                 drops.append(float(other - top1[index]))
         drop = mean_ci(drops, level)
         failed = cases[~ok[cases.index]]
+        seeds = good["seed"] if "seed" in good else pd.Series(dtype=float)
         row.update(
-            seeds=len(good), failed_seeds=[int(s) for s in failed["seed"] if pd.notna(s)] if "seed" in failed else [],
-            top1=mean, top1_ci_low=low, top1_ci_high=high,
-            top1_std=float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
+            seeds=len(good), seed_list=[int(s) for s in seeds if pd.notna(s)],
+            failed_seeds=[int(s) for s in failed["seed"] if pd.notna(s)] if "seed" in failed else [],
+            **pooled_values,
             top1_drop=drop[0], top1_drop_ci_low=drop[1], top1_drop_ci_high=drop[2], top1_drop_seeds=len(drops),
         )
-        for column in POOLED_MEANS:
-            if column in good:
-                row[column] = mean_ci(pd.to_numeric(good[column], errors="coerce").tolist())[0]
         if not failed.empty:
             row["status"] = str(failed.iloc[0]["status"])
         rows.append(row)

@@ -70,8 +70,8 @@ def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: l
 
 def run_line_key(suite: SuiteConfig) -> Callable[[dict[str, Any]], str]:
     """How a run of `suite` keys its folder's lines, as its cases are keyed (`Case.key`): by case
-    id, and with `seeds:` by seed too, a line without one (written before seeds existed, or by a
-    one-seed run of the suite) counting as the suite's first seed."""
+    id, and with `seeds:` by seed too, a line without one (written before lines named their seed)
+    counting as the suite's first seed."""
     if suite.seeds is None:
         return lambda line: line_key(line, seeded=False)
     return lambda line: case_key(line_key(line, seeded=False), int(line["seed"]) if line.get("seed") is not None else suite.seed)

@@ -1,11 +1,13 @@
-"""Write the generated part of `reports/barter_ablation/README.md` from the run folders next to it.
+"""Write the generated part of `reports/barter_ablation/README.md` from the run folder next to it.
 
     python reports/barter_ablation/make_readme.py [RUN_DIR ...]     # default: every folder in runs/
 
-The runs must differ only in their seed (`dstbench.report.seeds.seed_runs` checks). Everything
+The run is `suites/barter_ablation.yaml`, whose `seeds: [0, 1, 2]` train every case once per seed in
+one folder; its cases are pooled over their seeds by `dstbench.results.pooling.pool_seeds`, as
+`Run.frame()` and the report's accuracy table pool them. Several folders that differ only in
+their seed are joined into one run first (`dstbench.report.seeds.joined_seeds`). Everything
 between the two GENERATED markers is rewritten; the text around them is kept, so the written
-reading of the tables lives in the README itself. `dstbench report RUN_DIR...` shows the same
-pooled top-1 ("Over seeds") and the per-run exchange table.
+reading of the tables lives in the README itself.
 """
 
 from __future__ import annotations
@@ -28,16 +30,15 @@ def _markdown(headers: list[str], rows: list[list[str]], align: list[str]) -> st
     return tabulate(rows, headers=headers, tablefmt="github", colalign=align, disable_numparse=True)
 
 
-def accuracy_table(frame: pd.DataFrame) -> str:
-    from dstbench.report.seeds import format_mean_ci, seed_summary
+def accuracy_table(pooled: pd.DataFrame) -> str:
+    """Top-1 per method (rows) and density (columns): mean [95% CI] over the seeds, and how many."""
+    from dstbench.report.seeds import format_mean_ci
 
-    summary = seed_summary(frame, metrics=("top1",))
-    densities = sorted({d for d in summary["density"] if d < 1.0}, reverse=True)
-    methods = list(pd.unique(summary["method"]))
-    cell = {(r["method"], r["density"]): format_mean_ci(r["top1_mean"], r["top1_ci_low"], r["top1_ci_high"])
-            + f" (n={r['n']})" for _, r in summary.iterrows()}
+    densities = sorted({float(d) for d in pooled["density"] if d < 1.0}, reverse=True)
+    cell = {(r["method"], float(r["density"])): format_mean_ci(r["top1"], r["top1_ci_low"], r["top1_ci_high"])
+            + f" (n={r['seeds']})" for _, r in pooled.iterrows()}
     rows = []
-    for method in methods:
+    for method in pd.unique(pooled["method"]):
         dense_only = all((method, d) not in cell for d in densities)
         label = f"{method} (density 1)" if dense_only else method
         rows.append([label] + [cell.get((method, 1.0), "—") if dense_only else cell.get((method, d), "—") for d in densities])
@@ -45,14 +46,17 @@ def accuracy_table(frame: pd.DataFrame) -> str:
 
 
 def difference_table(frame: pd.DataFrame) -> str:
-    from dstbench.report.seeds import format_mean_ci, paired_difference
+    """Each BARTER arm's top-1 minus `BASELINE`'s at the same density, paired by seed: the negated
+    drop `pool_seeds` pairs against `BASELINE`."""
+    from dstbench.report.seeds import format_mean_ci
+    from dstbench.results.pooling import pool_seeds
 
-    diff = paired_difference(frame, BASELINE)
-    diff = diff[diff["method"].str.startswith("barter")]
-    densities = sorted(set(diff["density"]), reverse=True)
-    cell = {(r["method"], r["density"]): format_mean_ci(r["diff_mean"], r["diff_ci_low"], r["diff_ci_high"], digits=2)
-            for _, r in diff.iterrows()}
-    rows = [[m] + [cell.get((m, d), "—") for d in densities] for m in pd.unique(diff["method"])]
+    pooled = pool_seeds(frame, baseline=BASELINE)
+    arms = pooled[pooled["method"].str.startswith("barter") & (pooled["method"] != BASELINE)]
+    densities = sorted(set(arms["density"].astype(float)), reverse=True)
+    cell = {(r["method"], float(r["density"])): format_mean_ci(-r["top1_drop"], -r["top1_drop_ci_high"], -r["top1_drop_ci_low"], digits=2)
+            for _, r in arms.iterrows()}
+    rows = [[m] + [cell.get((m, d), "—") for d in densities] for m in pd.unique(arms["method"])]
     return _markdown(["method"] + [f"density {d:g}" for d in densities], rows, ["left"] + ["right"] * len(densities))
 
 
@@ -62,7 +66,7 @@ def _blocks_without(extras: dict, kind: str) -> float:
 
 
 def exchange_table(frame: pd.DataFrame) -> str:
-    """Per BARTER arm, density and unit kind, the exchange figures of each run averaged over seeds."""
+    """Per BARTER arm, density and unit kind, the exchange figures of each seed's case averaged over seeds."""
     from dstbench.util.text import percent
     from dstbench.report.compact_topology import exchange_summary
 
@@ -90,22 +94,27 @@ def exchange_table(frame: pd.DataFrame) -> str:
 
 
 def generated(run_dirs: list[Path]) -> str:
+    from dstbench.report.seeds import joined_seeds
     from dstbench.results.derive import load_frame
-    from dstbench.report.seeds import seed_runs
+    from dstbench.results.pooling import pool_seeds
 
-    seeds = seed_runs(run_dirs)
     frame = load_frame(run_dirs)
-    def shown(run: str) -> str:
-        return str(Path(run).relative_to(HERE)) if Path(run).is_relative_to(HERE) else str(run)
+    if len(run_dirs) > 1:
+        frame = joined_seeds(frame)  # folders that differ only in their seed: one run over those seeds
+    pooled = pool_seeds(frame)
+    seeds = sorted({int(s) for s in frame["seed"].dropna()})
 
-    listing = "\n".join(f"- `{shown(run)}`: seed {seed}" for run, seed in seeds.items())
+    def shown(run: Path) -> str:
+        return str(run.relative_to(HERE)) if run.is_relative_to(HERE) else str(run)
+
+    listing = "\n".join(f"- `{shown(run)}`" for run in run_dirs)
     return "\n\n".join([
         BEGIN,
-        f"Runs pooled, one per seed:\n\n{listing}",
-        "### Top-1 on the 1,000 mnist5k test images, % (mean [95% CI] over seeds)\n\n" + accuracy_table(frame),
+        f"Pooled over seeds {', '.join(map(str, seeds))} (`seeds:` in the suite), from:\n\n{listing}",
+        "### Top-1 on the 1,000 mnist5k test images, % (mean [95% CI] over seeds)\n\n" + accuracy_table(pooled),
         f"### Top-1 minus `{BASELINE}`'s at the same density and seed, points (mean [95% CI])\n\n" + difference_table(frame),
-        "### Exchange dynamics (per run, averaged over seeds)\n\n"
-        "Sums over each run's updates. *Made at previous update*: copies of a unit cloned at the update "
+        "### Exchange dynamics (per case and seed, averaged over seeds)\n\n"
+        "Sums over each case's updates. *Made at previous update*: copies of a unit cloned at the update "
         "before (the first copy included) or new units; both shares are over the updates after the "
         "first, and *ratio* > 1 means such units were pruned more often than their number would say. "
         "*Empty blocks*: blocks holding no unit of that kind at step 0 and at the end.\n\n" + exchange_table(frame),

@@ -14,6 +14,7 @@ import yaml
 import dstbench
 from dstbench.execution.orchestrator import run_suite
 from dstbench.gates.compare import compare_runs
+from dstbench.gates.comparison_text import render
 from dstbench.gates.sides import load_side
 from dstbench.gates.export import export_run
 from dstbench.gates.run_verdict import failed_case_list
@@ -108,6 +109,8 @@ def test_a_finished_one_seed_run_gets_more_seeds_on_resume(tmp_path: Path) -> No
         ("dense@1", 0), ("rigl@0.5", 0), ("dense@1", 1), ("rigl@0.5", 1)]
     assert json.loads((run_dir / "run.json").read_text())["resumes"]
     assert "seeds:\n- 0\n- 1" in (run_dir / "suite.yaml").read_text()
+    coverage = run_coverage(run_dir)  # what the one-seed run selected (by case id) counts as seed 0's
+    assert coverage.complete and coverage.selected == ["dense@1 seed=0", "rigl@0.5 seed=0", "dense@1 seed=1", "rigl@0.5 seed=1"]
     # Once more: nothing left to run.
     run_suite(path, out=tmp_path / "runs", resume=True)
     assert (run_dir / "results.jsonl").read_text() == after
@@ -150,6 +153,11 @@ def test_check_compare_and_export_keep_every_seed(both_run: Path) -> None:
     comparison = compare_runs(load_side(both_run), load_side(both_run))
     assert [case.case for case in comparison.cases] == ["dense@1 seed=0", "rigl@0.5 seed=0", "dense@1 seed=1", "rigl@0.5 seed=1"]
     assert not comparison.regressed
+    # Top-1 per case over its seeds, paired by seed: a run against itself changes by nothing.
+    assert [(t.case, t.basis, t.change, t.verdict) for t in comparison.top1] == [
+        ("dense@1", "paired by seed (n=2)", 0.0, "unchanged"), ("rigl@0.5", "paired by seed (n=2)", 0.0, "unchanged")]
+    text = render(comparison)
+    assert "top-1 (mean over each run's seeds)" in text and "top-1 of 2 cases: 0 regressed" in text
     document, skipped = export_run(both_run)
     assert [b["param"] for b in document["benchmarks"]] == ["dense@1 seed=0", "rigl@0.5 seed=0"]
     assert skipped == ["dense@1 seed=1 (ok)", "rigl@0.5 seed=1 (ok)"]  # trained only: no segments to export
@@ -188,3 +196,13 @@ def test_check_counts_case_and_seed_pairs(both_run: Path, tmp_path: Path) -> Non
     verdict = dstbench.load_run(copy).check()
     assert not verdict.passed and verdict.coverage.missing == ["rigl@0.5 seed=1"]
     assert "3 of 4 cases (1 not run: rigl@0.5 seed=1)" in verdict.coverage.summary()
+
+
+def test_the_report_pools_each_case_over_its_seeds(both_run: Path) -> None:
+    text = dstbench.load_run(both_run).report()
+    accuracy = text[text.index("Accuracy"):]
+    rows = {line.split()[0]: line for line in accuracy.splitlines() if line.startswith(("dense ", "rigl "))}
+    assert set(rows) == {"dense", "rigl"} and all("2 seeds" in row for row in rows.values())
+    pooled = dstbench.load_run(both_run).frame().set_index("case_id").loc["rigl@0.5"]
+    assert f"{pooled['top1'] * 100:.1f}% [{pooled['top1_ci_low'] * 100:.1f}, {pooled['top1_ci_high'] * 100:.1f}]" in rows["rigl"]
+    assert f"{pooled['top1_drop'] * 100:+.2f} pp [" in rows["rigl"]

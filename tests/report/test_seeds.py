@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from dstbench.results.derive import load_frame
-from dstbench.report.seeds import format_mean_ci, mean_ci, paired_difference, seed_runs, seed_summary, seed_table
+from dstbench.report.seeds import format_mean_ci, paired_difference, seed_runs, seed_summary, seed_table
+from dstbench.results.pooling import mean_ci
 from tests.report.conftest import result_line, write_run
 
 SUITE = {"name": "ablation", "reference": "dense", "methods": ["dense", "barter"], "mode": "accuracy"}
