@@ -21,8 +21,12 @@ FRAME_COLUMNS = (
     "speedup_vs_dense_ci_high", "flop_limit", "flop_fraction", "shape_limit", "memory_basis", "memory_bytes",
     "memory_reduction", "state_bytes", "state_ratio", "activation_bytes", "activation_ratio", "peak_memory_bytes",
     "topology_share", "top1", "top1_ci_low", "top1_ci_high", "top1_std", "top1_drop", "top1_drop_ci_low",
-    "top1_drop_ci_high", "top1_drop_seeds", "noise_level", "contended", "implausible", "run",
+    "top1_drop_ci_high", "top1_drop_seeds", "target_top1", "target_reached", "target_seeds", "steps_to_target",
+    "eval_period_steps", "noise_level", "contended", "implausible", "run",
 )
+# `Run.curves()`: the case, then each evaluation's own fields as the curve names them.
+CURVE_COLUMNS = ("case_id", "method", "density", "seed", "epoch", "step", "top1", "top5", "test_loss", "train_loss", "lr",
+                 "curve_density", "train_time_s")
 SEGMENT_FIELDS = ("segment_ms", "segment_group", "segment_round", "segment_process", "segment_slot", "segment_start_s")
 NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches")
 
@@ -137,6 +141,25 @@ class Run:
                 rows.append(row)
         columns = ["case_id", "method", "density", "seed", "segment", "ms", "group", "round", "process", "slot", "start_s", *NOISE_SERIES]
         return pd.DataFrame(rows, columns=columns)
+
+    def curves(self) -> "pd.DataFrame":
+        """One row per test evaluation of every case and seed (each line's `curve`): `case_id`,
+        `method`, `density` (the case's), `seed`, then the evaluation's `epoch`, `step`, `top1`,
+        `top5`, `test_loss`, `train_loss`, `lr`, `curve_density` (the model's density when it was
+        evaluated: the curve's `density`) and `train_time_s` (training seconds so far)."""
+        import pandas as pd
+
+        from dstbench.results.derive import load_frame
+
+        frame = load_frame([self.path])
+        rows: list[dict[str, Any]] = []
+        for line in ([] if frame.empty else frame.to_dict("records")):
+            for point in line.get("curve") if isinstance(line.get("curve"), list) else []:
+                if isinstance(point, dict):
+                    own = {("curve_density" if k == "density" else k): v for k, v in point.items()}
+                    rows.append({"case_id": line["case_id"], "method": line["method"], "density": line["density"],
+                                 "seed": line.get("seed"), **own})
+        return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
     def check(self, *, allow_incomplete: bool = False) -> "RunVerdict":
         """The verdict `dstbench check` prints: `.passed`, `.exit_code`, `.expectations` (each with

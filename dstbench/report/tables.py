@@ -14,6 +14,7 @@ from dstbench.results.replicates import frame_points, point_of
 from dstbench.results.record import segment_samples
 from dstbench.report.sections import Rendered, Table, register_table
 from dstbench.results.pooling import pool_seeds
+from dstbench.results.time_to_target import target_text
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -287,20 +288,26 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     ref = _reference(derived)
     rows = ordered(pool_seeds(derived, baseline=ref))
     headers, cells = _identity(rows)
+    timed = "target_seeds" in rows and bool((rows["target_seeds"] > 0).any())  # curves to time to a target
     body = [
-        cells(r) + [_top1_text(r), _seeds_text(r), percent(r.get("top5")), _drop_text(r), _num(r.get("epochs"), "g"),
-                    _num(r.get("train_time_s"), ".0f")]
+        cells(r) + [_top1_text(r), _seeds_text(r), percent(r.get("top5")), _drop_text(r)]
+        + ([target_text(r)] if timed else []) + [_num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
         for _, r in rows.iterrows()
     ]
+    targets = sorted({str(b) for b in rows.get("target_basis", pd.Series(dtype=object)).dropna()}) if timed else []
     return Table(
-        headers + ["top-1 [95% CI]", "seeds", "top-5", f"top-1 drop vs {ref} [95% CI]", "epochs", "train s"],
+        headers + ["top-1 [95% CI]", "seeds", "top-5", f"top-1 drop vs {ref} [95% CI]"]
+        + (["steps to target"] if timed else []) + ["epochs", "train s"],
         body,
-        align=["left"] * len(headers) + ["right"] * 6,
+        align=["left"] * len(headers) + ["right"] * (7 if timed else 6),
         note=(
             "Validation accuracy at the end of training. Over several seeds: the mean with a 95% Student-t "
             "interval (n - 1 degrees of freedom), top-5 and train seconds as means; the drop is the "
             f"{ref} case's top-1 minus the method's in percentage points, paired by seed, with its interval "
             "over the pairs. One seed: its own figures, no interval."
+            + (" Steps to target: the first training step at which test top-1 reached the target, interpolated "
+               "between evaluations (precise to the evaluation period shown), the mean over seeds when every seed "
+               f"reached it; target: {'; '.join(targets)}." if timed else "")
         ),
         row_classes=_classes(rows),
     )

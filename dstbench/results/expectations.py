@@ -35,12 +35,13 @@ from dstbench.results.derive import DENSITY_TOLERANCE, derive
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import same_point
 from dstbench.results.speedup import reference_row
+from dstbench.results.time_to_target import add_time_to_target
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
 # Metrics measured against another method; `topology_share` is derived but is the case's own.
 RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
 # Gated on a case's mean over its seeds (`_pooled_outcomes`), not line by line.
-POOLED = {"top1", "top1_drop"}
+POOLED = {"top1", "top1_drop", "target_reached"}
 # The derived column each `bound` of a speedup expectation reads.
 BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
 
@@ -211,13 +212,16 @@ def _density_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
 
 
 def _pooled_outcomes(
-    exp: Expectation, vs: str, rows: pd.DataFrame, frame: pd.DataFrame, coverage: Coverage | None
+    exp: Expectation, vs: str, rows: pd.DataFrame, frame: pd.DataFrame, coverage: Coverage | None, reference: str,
 ) -> list[Outcome]:
-    """A `top1` or `top1_drop` expectation, one outcome per case over its seeds (a suite's `seeds:`,
-    `dstbench.results.pooling`): the mean is gated, its 95% interval printed beside it; a case any
-    of whose seeds failed fails. With one seed, the case's own figure, as without seeds."""
+    """A `top1`, `top1_drop` or `target_reached` expectation, one outcome per case over its seeds (a
+    suite's `seeds:`, `dstbench.results.pooling`): the mean (for `target_reached`, the fraction of
+    seeds) is gated, its 95% interval (the seeds that reached) printed beside it; a case any of
+    whose seeds failed fails. With one seed, the case's own figure, as without seeds."""
     frame = frame if "run" in frame else frame.assign(run="")
     rows = rows if "run" in rows else rows.assign(run="")
+    if exp.metric == "target_reached" and "target_reached" not in frame:
+        frame = add_time_to_target(frame if "reference" in frame else frame.assign(reference=reference))
     pooled = pool_seeds(frame, baseline=vs).set_index(["run", "case_id"], drop=False)
     outcomes = []
     for (run, case), lines in rows.groupby(["run", "case_id"], sort=False):
@@ -227,6 +231,9 @@ def _pooled_outcomes(
             outcomes.append(Outcome(exp, case, None, False, f"case status is {failed.iloc[0]['status']}{seed}"))
             continue
         row = pooled.loc[(run, case)]
+        if exp.metric == "target_reached":
+            outcomes.append(_target_outcome(exp, case, row))
+            continue
         drop = exp.metric == "top1_drop"
         value = row["top1_drop"] if drop else row["top1"]
         low, high = (row["top1_drop_ci_low"], row["top1_drop_ci_high"]) if drop else (row["top1_ci_low"], row["top1_ci_high"])
@@ -241,6 +248,16 @@ def _pooled_outcomes(
             message += f" (mean of {n} seeds, 95% CI [{float(low):.4g}, {float(high):.4g}])"
         outcomes.append(Outcome(exp, case, float(value), passed, message))
     return outcomes
+
+
+def _target_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
+    """`target_reached`: the fraction of the case's seeds whose curve reached the target."""
+    seeds = int(row.get("target_seeds") or 0)
+    if not seeds:
+        return Outcome(exp, case, None, False, f"no accuracy curve to time to a target ({row.get('target_basis') or 'no target'})")
+    value = float(row["target_reached"])
+    passed, message = _bounds_message(exp, value)
+    return Outcome(exp, case, value, passed, f"{message} ({round(value * seeds)} of {seeds} seeds reached {row.get('target_basis')})")
 
 
 def check_expectations(suite: SuiteConfig, frame: pd.DataFrame, coverage: Coverage | None = None) -> list[Outcome]:
@@ -265,7 +282,7 @@ def evaluate(
             continue
         derived = derive(frame, vs) if exp.metric in DERIVED and len(rows) else frame
         if exp.metric in POOLED and len(rows):
-            outcomes += _pooled_outcomes(exp, vs, rows, frame, coverage)
+            outcomes += _pooled_outcomes(exp, vs, rows, frame, coverage, reference)
             rows = rows.iloc[0:0]
         for _, row in rows.iterrows():
             case = line_case_id(row)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dstbench.results.replicates import frame_points, stored_seed
+from dstbench.results.time_to_target import pooled_target
 
 
 def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -56,7 +57,9 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
     `top1_ci_high`, n - 1 degrees of freedom; NaN with one seed) and sample standard deviation
     (`top1_std`; NaN with one seed); `top1_drop`: `baseline`'s top-1 minus the case's, paired by
     seed (the same run, sweep point and seed; a seed counts where both are ok), its interval and
-    `top1_drop_seeds` (the pairs it rests on); `train_time_s` their mean. `failed_seeds` lists the
+    `top1_drop_seeds` (the pairs it rests on); `train_time_s` their mean; the steps to a top-1
+    target (`dstbench.results.time_to_target.pooled_target`: `target_reached` a fraction of the
+    seeds, `steps_to_target` NaN unless every seed reached). `failed_seeds` lists the
     seeds whose line is not ok; `status` is ok only when none is. Every other column is the first
     seed's (its speed and memory figures: the timed seed unless `timing.per_seed`)."""
     if derived.empty:
@@ -106,6 +109,7 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
             **pooled_values,
             top1_drop=drop[0], top1_drop_ci_low=drop[1], top1_drop_ci_high=drop[2], top1_drop_seeds=len(drops),
         )
+        row.update(pooled_target(cases))
         if not failed.empty:
             row["status"] = str(failed.iloc[0]["status"])
         rows.append(row)

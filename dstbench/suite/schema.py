@@ -421,6 +421,7 @@ class SuiteConfig(Strict):
         # first seed is (`seed`), so a one-seed run and the same suite with seeds added share it.
         measured["seed"] = self.seed
         measured["timing"].pop("per_seed", None)
+        measured["accuracy"].pop("target_top1", None)  # read from the curves after training
         if self.threads is not None:
             measured["threads"] = self.threads
         # Only when set, so suites without them keep the hash they had.

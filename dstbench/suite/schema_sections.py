@@ -21,6 +21,7 @@ METRICS = (
     "topology_share",  # topology-update time / segment time
     "top1",  # accuracy, absolute
     "top1_drop",  # top1 of `vs` (default dense) minus the method's
+    "target_reached",  # the fraction of a case's seeds whose top-1 reached accuracy.target_top1
 )
 
 
@@ -205,6 +206,10 @@ class AccuracyConfig(Strict):
     checkpoint_every: int = Field(0, ge=0, description="epochs between case checkpoints (`--resume` continues from them); 0: none")
     # By default deleted once the case has its result, since a ViT-Small checkpoint with AdamW state is ~260 MB.
     keep_checkpoint: bool = Field(False, description="keep a case's last checkpoint (its trained state) after it finishes")
+    # Read from the curves, not used in training: never in the suite hash, free to change on --resume.
+    target_top1: float | None = Field(None, gt=0, le=1, description=(
+        "the test top-1 (a fraction) whose first crossing each case's curve is timed to (`steps_to_target`); default: "
+        "99% of dense's mean final top-1 in the run, else of the reference's. Not in the suite hash"))
 
 
 class ProfileConfig(Strict):

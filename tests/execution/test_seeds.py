@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -101,10 +102,14 @@ def test_a_finished_one_seed_run_gets_more_seeds_on_resume(tmp_path: Path) -> No
     run_dir = run_suite(path, out=tmp_path / "runs")
     before = (run_dir / "results.jsonl").read_text()
     assert [line["seed"] for line in lines_of(run_dir)] == [0, 0]
+    curves_before = dstbench.load_run(run_dir).curves()
     write(path, suite, [0, 1])
     assert run_suite(path, out=tmp_path / "runs", resume=True) == run_dir
     after = (run_dir / "results.jsonl").read_text()
     assert after.startswith(before)  # the seed-0 lines untouched
+    curves = dstbench.load_run(run_dir).curves()  # every seed's evaluations, seed 0's as they were
+    assert set(curves["seed"]) == {0, 1} and len(curves) == 2 * len(curves_before)
+    pd.testing.assert_frame_equal(curves[curves["seed"] == 0].reset_index(drop=True), curves_before)
     assert [(line["case_id"], line["seed"]) for line in lines_of(run_dir)] == [
         ("dense@1", 0), ("rigl@0.5", 0), ("dense@1", 1), ("rigl@0.5", 1)]
     assert json.loads((run_dir / "run.json").read_text())["resumes"]
