@@ -215,9 +215,9 @@ def _pooled_outcomes(
     exp: Expectation, vs: str, rows: pd.DataFrame, frame: pd.DataFrame, coverage: Coverage | None, reference: str,
 ) -> list[Outcome]:
     """A `top1`, `top1_drop` or `target_reached` expectation, one outcome per case over its seeds (a
-    suite's `seeds:`, `dstbench.results.pooling`): the mean (for `target_reached`, the fraction of
-    seeds) is gated, its 95% interval (the seeds that reached) printed beside it; a case any of
-    whose seeds failed fails. With one seed, the case's own figure, as without seeds."""
+    suite's `seeds:`, `dstbench.results.pooling`): the mean is gated and its 95% interval printed
+    beside it (`target_reached`: the fraction of seeds whose curve reached the target, and how many
+    of how many); a case any of whose seeds failed fails. With one seed, the case's own figure."""
     frame = frame if "run" in frame else frame.assign(run="")
     rows = rows if "run" in rows else rows.assign(run="")
     if exp.metric == "target_reached" and "target_reached" not in frame:
