@@ -17,25 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-import yaml
 
 from dstbench.report.sections import Table, register_table
 from dstbench.results.pooling import pool_seeds
+from dstbench.results.run_folder import stored_suite
 from dstbench.util.files import SUITE_FILE
 
 SEED_METRICS = ("top1", "top5")
-
-
-def stored_suite(run_dir: str | Path) -> dict[str, Any]:
-    """The suite a run folder keeps, as plain data ({} when unreadable)."""
-    try:
-        data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def seed_runs(run_dirs: Iterable[str | Path]) -> dict[str, int]:
@@ -105,12 +95,16 @@ def paired_difference(frame: pd.DataFrame, baseline: str, level: float = 0.95) -
     }).reset_index(drop=True)
 
 
-def format_mean_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1) -> str:
-    """`95.3 [94.1, 96.5]` (percentages by default); the mean alone when the interval is unknown."""
+def format_mean_ci(
+    mean: float, low: float, high: float, scale: float = 100.0, digits: int = 1, *, signed: bool = False, unit: str = "",
+) -> str:
+    """`95.3 [94.1, 96.5]` (percentages by default; `unit` after the mean, `signed` numbers with
+    their sign: `+1.81 pp [+0.04, +3.57]`); the mean alone when the interval is unknown."""
     if not math.isfinite(mean):
         return "—"
-    text = f"{mean * scale:.{digits}f}"
-    return text + (f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]" if math.isfinite(low) else "")
+    spec = f"{'+' if signed else ''}.{digits}f"
+    text = f"{mean * scale:{spec}}{unit}"
+    return text + (f" [{low * scale:{spec}}, {high * scale:{spec}}]" if math.isfinite(low) and math.isfinite(high) else "")
 
 
 @register_table(

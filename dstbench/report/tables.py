@@ -3,6 +3,7 @@ terminal and Markdown (the HTML template renders the same `Table` objects)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from tabulate import tabulate
 from dstbench.util.text import DASH, NOT_APPLICABLE, ci_text, clip, last_line, mib, missing, percent, present
 from dstbench.results.replicates import frame_points, point_of
 from dstbench.results.record import segment_samples
+from dstbench.report.seeds import format_mean_ci
 from dstbench.report.sections import Rendered, Table, register_table
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.time_to_target import target_text
@@ -261,22 +263,10 @@ def _seeds_text(r: pd.Series) -> str:
     return f"{n} seed{'s' if n != 1 else ''}" + (f" ({len(failed)} failed)" if failed else "")
 
 
-def _top1_text(r: pd.Series) -> str:
-    """Top-1 in percent, the mean over the seeds with its 95% interval where there are several."""
-    if missing(r.get("top1")):
-        return DASH
-    text = f"{float(r['top1']) * 100:.1f}%"
-    low, high = r.get("top1_ci_low"), r.get("top1_ci_high")
-    return text + (f" [{float(low) * 100:.1f}, {float(high) * 100:.1f}]" if present(low) and present(high) else "")
-
-
-def _drop_text(r: pd.Series) -> str:
-    """The drop in percentage points, paired by seed, with its 95% interval over several pairs."""
-    if missing(r.get("top1_drop")):
-        return DASH
-    text = f"{float(r['top1_drop']) * 100:+.2f} pp"
-    low, high = r.get("top1_drop_ci_low"), r.get("top1_drop_ci_high")
-    return text + (f" [{float(low) * 100:+.2f}, {float(high) * 100:+.2f}]" if present(low) and present(high) else "")
+def _pooled_text(r: pd.Series, column: str, **style: Any) -> str:
+    """A figure pooled over seeds, `column` and its `_ci_low`/`_ci_high`, as `format_mean_ci` writes it."""
+    values = [r.get(column), r.get(f"{column}_ci_low"), r.get(f"{column}_ci_high")]
+    return format_mean_ci(*(float(v) if present(v) else math.nan for v in values), **style)
 
 
 @register_table("accuracy", "Accuracy", order=30)
@@ -290,7 +280,8 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     headers, cells = _identity(rows)
     timed = "target_seeds" in rows and bool((rows["target_seeds"] > 0).any())  # curves to time to a target
     body = [
-        cells(r) + [_top1_text(r), _seeds_text(r), percent(r.get("top5")), _drop_text(r)]
+        cells(r) + [_pooled_text(r, "top1", unit="%"), _seeds_text(r), percent(r.get("top5")),
+                    _pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp")]
         + ([target_text(r)] if timed else []) + [_num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
         for _, r in rows.iterrows()
     ]

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from dstbench.results.run_folder import stored_suite
 from dstbench.suite.cases import point_tag, seed_tag
-from dstbench.util.files import SUITE_FILE
 
 
 def point_of(row: pd.Series | dict[str, Any]) -> str:
@@ -57,12 +56,7 @@ def same_point(frame: pd.DataFrame, row: pd.Series | dict[str, Any]) -> pd.DataF
 def stored_seed(run_dir: str | Path) -> int | None:
     """The seed a run folder's suite names first (`seeds`' first, else `seed`), read without
     validation; None when its suite.yaml is unreadable."""
-    try:
-        suite = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(suite, dict):
-        return None
+    suite = stored_suite(run_dir)
     seeds, seed = suite.get("seeds"), suite.get("seed")
     if isinstance(seeds, list) and seeds and isinstance(seeds[0], int):
         return seeds[0]

@@ -75,15 +75,20 @@ def require_results(run_dirs: Iterable[str | Path]) -> list[Path]:
     return paths
 
 
-def run_reference(run_dir: str | Path) -> str | None:
-    """The `reference:` of the suite a run was made from. The stored suite was validated with every
-    default filled in, so its `reference` key is the one the run used; reading it needs neither
-    validation nor torch."""
+def stored_suite(run_dir: str | Path) -> dict[str, Any]:
+    """The suite a run folder keeps, as plain data, read without validation (no torch, no data);
+    {} when unreadable."""
     try:
         data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
-        return None
-    reference = data.get("reference") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_reference(run_dir: str | Path) -> str | None:
+    """The `reference:` of the suite a run was made from. The stored suite was validated with every
+    default filled in, so its `reference` key is the one the run used."""
+    reference = stored_suite(run_dir).get("reference")
     return str(reference) if reference else None
 
 

@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from dstbench.results.replicates import frame_points
-from dstbench.util.files import SUITE_FILE
+from dstbench.results.run_folder import stored_suite
 
 TARGET_SHARE = 0.99  # of the baseline's mean final top-1, without a target in the suite
 TARGET_COLUMNS = ("target_top1", "target_basis", "steps_to_target", "target_reached", "eval_period_steps")
@@ -59,11 +58,8 @@ def steps_to_target(curve: Any, target: float) -> tuple[float, float]:
 
 def stored_target(run_dir: str | Path) -> float | None:
     """The `accuracy.target_top1` a run folder's suite names, read without validation; None unset."""
-    try:
-        suite = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
-        target = suite["accuracy"]["target_top1"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+    accuracy = stored_suite(run_dir).get("accuracy")
+    target = accuracy.get("target_top1") if isinstance(accuracy, dict) else None
     return float(target) if isinstance(target, (int, float)) and 0 < target <= 1 else None
 
 
