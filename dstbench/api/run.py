@@ -22,11 +22,14 @@ FRAME_COLUMNS = (
     "memory_reduction", "state_bytes", "state_ratio", "activation_bytes", "activation_ratio", "peak_memory_bytes",
     "topology_share", "top1", "top1_ci_low", "top1_ci_high", "top1_std", "top1_drop", "top1_drop_ci_low",
     "top1_drop_ci_high", "top1_drop_seeds", "target_top1", "target_reached", "target_seeds", "steps_to_target",
-    "eval_period_steps", "noise_level", "contended", "implausible", "run",
+    "eval_period_steps", "updates_to_target", "time_to_target_s", "time_to_target_ci_low", "time_to_target_ci_high",
+    "time_to_target_speedup", "time_to_target_speedup_ci_low", "time_to_target_speedup_ci_high",
+    "time_to_target_speedup_vs_dense", "time_to_target_speedup_vs_dense_ci_low", "time_to_target_speedup_vs_dense_ci_high",
+    "train_time_to_target_s", "noise_level", "contended", "implausible", "run",
 )
 # `Run.curves()`: the case, then each evaluation's own fields as the curve names them.
 CURVE_COLUMNS = ("case_id", "method", "density", "seed", "epoch", "step", "top1", "top5", "test_loss", "train_loss", "lr",
-                 "curve_density", "train_time_s")
+                 "curve_density", "train_time_s", "topology_updates")
 SEGMENT_FIELDS = ("segment_ms", "segment_group", "segment_round", "segment_process", "segment_slot", "segment_start_s")
 NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches")
 
@@ -146,7 +149,8 @@ class Run:
         """One row per test evaluation of every case and seed (each line's `curve`): `case_id`,
         `method`, `density` (the case's), `seed`, then the evaluation's `epoch`, `step`, `top1`,
         `top5`, `test_loss`, `train_loss`, `lr`, `curve_density` (the model's density when it was
-        evaluated: the curve's `density`) and `train_time_s` (training seconds so far)."""
+        evaluated: the curve's `density`), `train_time_s` (training seconds so far) and
+        `topology_updates` (updates so far; NaN in curves written before they were recorded)."""
         import pandas as pd
 
         from dstbench.results.derive import load_frame

@@ -106,7 +106,8 @@ class Method:
     optimizer mapping), `precision` (`fp32`, `bf16`, `fp16`), `fuse_norms`, `seed`, `generator` (a
     CPU `torch.Generator` seeded with `seed`: use it for every random draw, so runs repeat and ranks
     agree), `loss_fn`, `lr_scheduler` (None unless the harness sets one), `step` (steps taken),
-    `topology_updates` and `topology_ms` (totals so far), `device`, `scaler` (fp16 only),
+    `topology_updates` and `topology_ms` (totals so far), `update_steps` (the step of each update so
+    far), `device`, `scaler` (fp16 only),
     `distributed`; properties `model`, `optimizer` (the live objects: a compact method that resizes
     replaces them) and `forward_module`. A subclass that builds a new optimizer assigns
     `self._optimizer`. Masked methods add `mask_set` (`dstbench.dst.masked.MaskedMethod`), BARTER
@@ -163,6 +164,7 @@ class Method:
         self.topology_updates = 0
         self.topology_ms = 0.0
         self.topology_detail_ms: dict[str, float] = {}
+        self.update_steps: list[int] = []  # the step of each update so far: what a time to target counts
         self.generator = torch.Generator().manual_seed(self.seed)  # CPU: same draws on every device
         self._model = model
         if self.fuse_norms:
@@ -361,6 +363,7 @@ class Method:
         synchronize(self.device)
         self.topology_ms += (time.perf_counter() - start) * 1e3
         self.topology_updates += 1
+        self.update_steps.append(step)
         for key, ms in self._update_timer.end().items():
             self.topology_detail_ms[key] = self.topology_detail_ms.get(key, 0.0) + ms
 
@@ -373,6 +376,7 @@ class Method:
             "topology_updates": self.topology_updates,
             "topology_ms": self.topology_ms,
             "topology_detail_ms": dict(self.topology_detail_ms),
+            "update_steps": list(self.update_steps),
             "generator": self.generator.get_state(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -398,6 +402,7 @@ class Method:
         self.topology_updates = int(state["topology_updates"])
         self.topology_ms = float(state["topology_ms"])
         self.topology_detail_ms = dict(state["topology_detail_ms"])
+        self.update_steps = [int(s) for s in state.get("update_steps", [])]  # absent in older checkpoints
         self.generator.set_state(state["generator"])
 
     def extra_state_dict(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ The method's schedule spans the whole run (total steps = epochs x steps per epoc
 every full batch of the shuffled training split). The learning rate warms up linearly for
 `warmup_epochs` and then follows a cosine down to `min_lr`, stepped after every optimizer step.
 Top-1 (and Top-5 when there are more than 5 classes) on the test split is measured every
-`eval_every` epochs and after the last; each evaluation is a point of the result's `curve`.
+`eval_every` epochs and after the last; each evaluation is a point of the result's `curve`, with
+the topology updates made so far and the steps of those since the evaluation before.
 
 Every `checkpoint_every` epochs the case's whole training state goes to
 `RUN_DIR/checkpoints/<case key>.pt` (the case id, and the seed with `seeds:`): the method's `state_dict()` (weights at their current compact
@@ -200,9 +201,14 @@ def measure_accuracy(
         last = epoch == acc.epochs
         if epoch % acc.eval_every == 0 or last:
             point = evaluate(method.model, test, device, suite.precision, datasets.num_classes)
+            since = curve[-1]["step"] if curve else 0
             curve.append({
                 "epoch": epoch, "step": method.step, "lr": method.optimizer.param_groups[0]["lr"],
                 "train_loss": loss, **point, "density": method.density(), "train_time_s": train_time,
+                # The updates so far, and the steps of those since the last evaluation: a time to
+                # target charges the updates made before the target (dstbench.results.target_time).
+                "topology_updates": method.topology_updates,
+                "update_steps": [s for s in method.update_steps if s > since],
             })
         if (acc.checkpoint_every and epoch % acc.checkpoint_every == 0) or (last and acc.keep_checkpoint):
             rng = _rng_states()

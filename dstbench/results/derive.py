@@ -35,6 +35,7 @@ from dstbench.results.intervals import BetweenProcesses, starved_flags
 from dstbench.results.speedup import between_processes, reference_row, speedup_stats
 from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
 from dstbench.results.replicates import frame_points, frame_replicates, point_of, stored_seed
+from dstbench.results.target_time import add_target_times
 from dstbench.results.time_to_target import add_time_to_target
 
 # Beside the reference's figures (`baseline_ratios`): the speedup against dense, and for compact
@@ -170,7 +171,8 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Add speedup (with its 95% CI and basis), memory reduction, byte ratios, FLOP limit, topology
     share, the case's own timing figures (segments, ms per step, spread, noise level, contended)
     and plausibility flags, `point`, each row's sweep point, and the steps its curve took to a
-    top-1 target (`dstbench.results.time_to_target`).
+    top-1 target (`dstbench.results.time_to_target`) with their seconds at its measured step time
+    (`dstbench.results.target_time`).
 
     Failed cases keep their rows (status says why) with every derived figure NaN. In a run with a
     sweep every figure is computed within its point: a case is compared with its point's reference,
@@ -186,7 +188,7 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
         out = pd.concat(parts).loc[frame.index]
     out["point"] = points
     out.attrs["reference"] = reference
-    return add_time_to_target(out) if "run" in out else out
+    return add_target_times(add_time_to_target(out)) if "run" in out else out
 
 
 def _derive_point(frame: pd.DataFrame, reference: str) -> pd.DataFrame:

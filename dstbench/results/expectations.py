@@ -39,9 +39,10 @@ from dstbench.results.time_to_target import add_time_to_target
 
 DERIVED = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "topology_share"}
 # Metrics measured against another method; `topology_share` is derived but is the case's own.
-RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop"}
+RELATIVE = {"speedup", "memory_reduction", "state_ratio", "activation_ratio", "top1_drop", "time_to_target_speedup"}
 # Gated on a case's mean over its seeds (`_pooled_outcomes`), not line by line.
-POOLED = {"top1", "top1_drop", "target_reached"}
+POOLED = {"top1", "top1_drop", "target_reached", "time_to_target", "time_to_target_speedup"}
+TIME_METRICS = {"time_to_target": "time_to_target_s", "time_to_target_speedup": "time_to_target_speedup"}
 # The derived column each `bound` of a speedup expectation reads.
 BOUND_COLUMNS = {"value": "speedup", "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
 
@@ -214,13 +215,16 @@ def _density_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
 def _pooled_outcomes(
     exp: Expectation, vs: str, rows: pd.DataFrame, frame: pd.DataFrame, coverage: Coverage | None, reference: str,
 ) -> list[Outcome]:
-    """A `top1`, `top1_drop` or `target_reached` expectation, one outcome per case over its seeds (a
-    suite's `seeds:`, `dstbench.results.pooling`): the mean is gated and its 95% interval printed
-    beside it (`target_reached`: the fraction of seeds whose curve reached the target, and how many
-    of how many); a case any of whose seeds failed fails. With one seed, the case's own figure."""
+    """A `top1`, `top1_drop`, `target_reached` or time-to-target expectation, one outcome per case
+    over its seeds (a suite's `seeds:`, `dstbench.results.pooling`): the mean is gated and its 95%
+    interval printed beside it (`target_reached`: the fraction of seeds whose curve reached the
+    target, and how many of how many); a case any of whose seeds failed fails. With one seed, the
+    case's own figure."""
     frame = frame if "run" in frame else frame.assign(run="")
     rows = rows if "run" in rows else rows.assign(run="")
-    if exp.metric == "target_reached" and "target_reached" not in frame:
+    if exp.metric in TIME_METRICS:  # the speedup to target is against `vs`
+        frame = derive(frame, vs)
+    elif exp.metric == "target_reached" and "target_reached" not in frame:
         frame = add_time_to_target(frame if "reference" in frame else frame.assign(reference=reference))
     pooled = pool_seeds(frame, baseline=vs).set_index(["run", "case_id"], drop=False)
     outcomes = []
@@ -231,6 +235,11 @@ def _pooled_outcomes(
             outcomes.append(Outcome(exp, case, None, False, f"case status is {failed.iloc[0]['status']}{seed}"))
             continue
         row = pooled.loc[(run, case)]
+        if exp.metric in TIME_METRICS:
+            outcome = _time_outcome(exp, case, row, vs)
+            reason = None if outcome.passed else _partner_skipped(exp, vs, float(lines.iloc[0]["density"]), coverage)
+            outcomes.append(_skipped(exp, case, reason) if reason and outcome.value is None else outcome)
+            continue
         if exp.metric == "target_reached":
             outcomes.append(_target_outcome(exp, case, row))
             continue
@@ -258,6 +267,26 @@ def _target_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
     value = float(row["target_reached"])
     passed, message = _bounds_message(exp, value)
     return Outcome(exp, case, value, passed, f"{message} ({round(value * seeds)} of {seeds} seeds reached {row.get('target_basis')})")
+
+
+def _time_outcome(exp: Expectation, case: str, row: pd.Series, vs: str) -> Outcome:
+    """`time_to_target` (seconds) or `time_to_target_speedup` (against `vs`), over the case's seeds,
+    its 95% interval and what it rests on beside it; a case that did not reach the target fails."""
+    value = row.get(TIME_METRICS[exp.metric] if exp.bound == "value" else f"{exp.metric}_{exp.bound}")
+    if not present(value):
+        seeds = int(row.get("target_seeds") or 0)
+        if seeds and float(row.get("target_reached")) < 1:
+            why = f"not reached ({round(float(row['target_reached']) * seeds)} of {seeds} seeds reached {row.get('target_basis')})"
+        else:
+            why = row.get("time_to_target_basis") or ("no accuracy curve to time to a target" if not seeds else "")
+            if not why and exp.metric == "time_to_target_speedup":
+                why = f"{vs} has no time to target to compare with (not reached, or not timed)"
+        return Outcome(exp, case, None, False, why or f"{exp.metric} not measured")
+    passed, message = _bounds_message(exp, float(value))
+    unit = " s" if exp.metric == "time_to_target" else "x"
+    low, high = row.get(f"{exp.metric}_ci_low"), row.get(f"{exp.metric}_ci_high")
+    interval = f"95% CI [{float(low):.4g}, {float(high):.4g}]{unit}" if present(low) and present(high) else "no interval"
+    return Outcome(exp, case, float(value), passed, f"{message} ({interval}; {row.get('time_to_target_covers') or ''})")
 
 
 def check_expectations(suite: SuiteConfig, frame: pd.DataFrame, coverage: Coverage | None = None) -> list[Outcome]:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dstbench.results.replicates import frame_points, stored_seed
+from dstbench.results.target_time import pool_target_times
 from dstbench.results.time_to_target import pooled_target
 
 
@@ -116,4 +117,4 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
     pooled = pd.DataFrame(rows)
     pooled = pooled.sort_values("_order", kind="stable").drop(columns=["_point", "_order"]).reset_index(drop=True)
     pooled.attrs.update(derived.attrs)
-    return pooled
+    return pool_target_times(pooled, derived)

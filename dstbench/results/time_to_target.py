@@ -11,7 +11,8 @@ earlier point to interpolate from: its own step is taken, and the period is coun
 
 The target: the suite's `accuracy.target_top1`, or 99% of dense's mean final top-1 in the run (at
 the same sweep point), or, without dense, of the reference's. A line that never reaches it is
-censored: `target_reached` False and `steps_to_target` NaN, never a number.
+censored: `target_reached` False and `steps_to_target` NaN, never a number. Those steps in seconds,
+at the case's measured step time: `dstbench.results.target_time`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,11 @@ METRICS = (
     "top1",  # accuracy, absolute
     "top1_drop",  # top1 of `vs` (default dense) minus the method's
     "target_reached",  # the fraction of a case's seeds whose top-1 reached accuracy.target_top1
+    "time_to_target",  # seconds to that target at the measured step time (mode: both), mean over seeds
+    "time_to_target_speedup",  # vs's time to target / the method's, paired by seed
 )
+# The metrics with a 95% interval, whose `bound` may name one of its ends.
+INTERVAL_METRICS = ("speedup", "time_to_target", "time_to_target_speedup")
 
 
 def _check_files(info: ValidationInfo) -> bool:
@@ -188,7 +192,8 @@ class Expectation(Strict):
     tolerance: float | None = Field(None, ge=0, description="density_achieved only: the largest allowed |achieved - target| (default 0.01)")
     # `ci_low` with `min`: the whole interval clears the bound (docs/guides/ci-gates.md, "Expectations").
     bound: Literal["value", "ci_low", "ci_high"] = Field("value", description=(
-        "speedup only: which figure min and max bound: the estimate, or an end of its 95% interval"))
+        "speedup and the time-to-target metrics only: which figure min and max bound: the estimate, or an end of its "
+        "95% interval"))
 
     @property
     def is_glob(self) -> bool:
@@ -282,8 +287,8 @@ def expectation_problem(suite: Any) -> str | None:
     allowed_densities = sorted(set(suite.densities) | ({1.0} if has_dense else set()))
     for index, exp in enumerate(suite.expect):
         where = f"expect.{index}"
-        if exp.bound != "value" and exp.metric != "speedup":
-            return f"{where}.bound: only speedup has a confidence interval, not {exp.metric}"
+        if exp.bound != "value" and exp.metric not in INTERVAL_METRICS:
+            return f"{where}.bound: only {', '.join(INTERVAL_METRICS)} have a confidence interval, not {exp.metric}"
         if exp.metric != "density_achieved":
             if exp.tolerance is not None:
                 return f"{where}.tolerance: only for metric density_achieved, not {exp.metric}"

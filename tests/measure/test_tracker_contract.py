@@ -30,8 +30,8 @@ SCHEMA_1_KEYS = [
 ]
 # Declared since schema 1: after its keys, in TRACKERS' order.
 ADDED_SINCE = [
-    "sweep", "seed", "segment_process", "segment_slot", "settle_ms", "compile", "compile_s", "recompiles", "segment_recompiles",
-    "recompile_ms", "topology_recompile_ms",
+    "sweep", "seed", "segment_process", "segment_slot", "settle_ms", "segment_topology_updates", "segment_topology_ms",
+    "compile", "compile_s", "recompiles", "segment_recompiles", "recompile_ms", "topology_recompile_ms",
 ]
 IDENTITY = dict(suite="s", suite_hash="h", case_id="dense@1", method="dense", method_name="dense", kind="dense",
                 density=1.0, params={}, batch_size=8, segment_steps=3)

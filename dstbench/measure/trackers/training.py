@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dstbench.measure.trackers.base import (
-    COUNT, LARGEST, LATEST, MEAN, RANK0, TOTAL, TOTAL_BY_KEY, ResultField, Tracker,
+    COUNT, LARGEST, LATEST, MEAN, PER_SEGMENT, RANK0, SLOWEST_PER_SEGMENT, TOTAL, TOTAL_BY_KEY, ResultField, Tracker,
 )
 
 if TYPE_CHECKING:
@@ -23,6 +23,12 @@ class TrainingStats(Tracker):
         ResultField("topology_updates", int | None, COUNT, RANK0, "topology updates in the timed segments", default=None),
         ResultField("topology_ms", float | None, TOTAL, LARGEST, "milliseconds of those updates", default=None,
                     per_rank=True),
+        # Aligned with segment_ms: which segments held updates, and how long they took there. A time
+        # to target takes a step's time from the segments less their updates, and adds the updates.
+        ResultField("segment_topology_updates", list[int], PER_SEGMENT, RANK0, "topology updates in each timed segment",
+                    default_factory=list),
+        ResultField("segment_topology_ms", list[float], PER_SEGMENT, SLOWEST_PER_SEGMENT,
+                    "milliseconds of the topology updates in each timed segment", default_factory=list, per_rank=True),
         ResultField("topology_detail_ms", dict[str, float] | None, TOTAL_BY_KEY, RANK0,
                     "topology_ms by sub-phase (e.g. resize, state_remap)", default=None),
         # The mean over ranks is the global batch's loss: the ranks' batches are the same size.
@@ -51,6 +57,8 @@ class TrainingStats(Tracker):
         line.topology_updates = sum(s.topology_updates for s in self.stats)
         line.topology_ms = sum(s.topology_ms for s in self.stats)
         line.topology_detail_ms = detail
+        line.segment_topology_updates = [s.topology_updates for s in self.stats]
+        line.segment_topology_ms = [s.topology_ms for s in self.stats]
         line.loss = self.stats[-1].loss if self.stats else None
         line.data_loading = self.data_loading
         line.method_extras = {

@@ -1,0 +1,393 @@
+"""Seconds to a top-1 target: the steps a case took to reach it, priced at its measured step time.
+
+    time_to_target_s = S x p + U x c
+
+- S: steps to target, the mean over the case's seeds (`dstbench.results.time_to_target`); a case
+  any of whose seeds missed the target is censored (NaN).
+- U: topology updates made before the target, the mean over the seeds: the accuracy run's update
+  steps (`curve[].update_steps`, from the method's schedule as it ran) at or before S.
+- p: the time of one training step without its updates: each timed speed segment less the updates
+  in it (`segment_topology_ms`), per step, summarised as `dstbench.results.intervals` summarises
+  times (the mean over process sets of each set's median, on the log scale). A median of whole
+  segments would drop the rare segments that hold an update and so hide their cost.
+- c: the mean cost of one update in the timed segments: their update milliseconds over their update
+  count, plus the recompilation charged to updates under torch.compile.
+
+p and c come from the case's interleaved speed segments in the same run (`mode: both`); the
+accuracy run's own clock (`train_time_to_target_s`, its `train_time_s` at S) is shown beside it as
+a check and never mixed in: it was not interleaved with the other cases.
+
+The 95% interval is the delta method on log T, with three independent parts: the seeds' spread of
+S x p + U x c (variance of the mean over seeds, n - 1 degrees of freedom), the step time's interval
+(between-process variance pooled over the run's cases, as for speedups) and the update cost's
+(a ratio estimator over the segments that held updates); degrees of freedom by Satterthwaite. A
+speedup to target pairs the two cases' seeds (the seed part is the spread of their per-seed
+difference) and adds both cases' timing parts as if independent, which overstates its width where
+the two were timed in the same rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dstbench.results.intervals import (
+    LEVEL, BetweenProcesses, UnitSamples, interval, pool_between, starved_flags, summarize,
+)
+from dstbench.results.replicates import frame_points
+
+TIME_COLUMNS = (
+    "time_to_target_s", "time_to_target_ci_low", "time_to_target_ci_high", "time_to_target_covers",
+    "time_to_target_basis", "updates_to_target", "step_ms_without_updates", "update_ms",
+    "train_time_to_target_s",
+)
+SPEEDUP_COLUMNS = tuple(
+    f"time_to_target_speedup{vs}{part}" for vs in ("", "_vs_dense") for part in ("", "_ci_low", "_ci_high")
+)
+
+
+# -- one seed's curve: updates before the target, the accuracy run's own clock there ---------------
+
+
+def updates_before(curve: Any, steps: float) -> float:
+    """The topology updates the accuracy run made at or before step `steps` (its curve's
+    `update_steps`); NaN where the curve does not list them all (written before they were recorded)."""
+    if not isinstance(curve, list) or not curve or not math.isfinite(steps):
+        return math.nan
+    listed: list[int] = []
+    for point in curve:
+        if not isinstance(point, dict) or not isinstance(point.get("update_steps"), list):
+            return math.nan
+        listed.extend(point["update_steps"])
+    if len(listed) != curve[-1].get("topology_updates"):
+        return math.nan  # a resume from an older checkpoint lost the earlier steps
+    return float(sum(1 for step in listed if step <= steps))
+
+
+def clock_at(curve: Any, steps: float) -> float:
+    """The accuracy run's training seconds at step `steps`, interpolated between evaluations."""
+    points = [(float(p["step"]), float(p["train_time_s"])) for p in curve if isinstance(p, dict)
+              and isinstance(p.get("step"), (int, float)) and isinstance(p.get("train_time_s"), (int, float))] \
+        if isinstance(curve, list) and math.isfinite(steps) else []
+    if not points:
+        return math.nan
+    steps_at, seconds = zip(*[(0.0, 0.0), *points])
+    return float(np.interp(steps, steps_at, seconds)) if steps <= steps_at[-1] else math.nan
+
+
+# -- a case's timing: a step without updates, and an update ----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTime:
+    """A case's measured ms per step without updates (`step_ms`) and per update (`update_ms`), each
+    with the variance of its log estimate and the degrees of freedom; NaN variance: not estimable."""
+
+    step_ms: float
+    step_log_var: float
+    step_df: float
+    covers: str
+    update_ms: float = math.nan  # NaN: no update fell in the timed segments
+    update_log_var: float = 0.0
+    update_df: float = math.inf
+    update_segments: int = 0
+
+
+def step_units(line: Any, tag: Any = 0) -> UnitSamples | None:
+    """log(ms per step less the updates) of a line's timed segments by unit (its group and process
+    set, tagged with `tag`: each seed's line is its own processes); starved segments are left out
+    unless too few stay. None where the updates in a segment are unknown."""
+    ms, groups, processes = (line.get(k) for k in ("segment_ms", "segment_group", "segment_process"))
+    steps = line.get("segment_steps")
+    if not isinstance(ms, list) or not ms or not isinstance(steps, (int, float)) or steps <= 0:
+        return None
+    topology = line.get("segment_topology_ms")
+    if not isinstance(topology, list) or len(topology) != len(ms):
+        if line.get("topology_updates"):
+            return None  # updates were timed but not per segment: a step's time cannot be told apart
+        topology = [0.0] * len(ms)
+    groups = groups if isinstance(groups, list) and len(groups) == len(ms) else ["untagged"] * len(ms)
+    processes = processes if isinstance(processes, list) and len(processes) == len(ms) else [0] * len(ms)
+    starved = starved_flags(line)
+
+    def units(drop: bool) -> UnitSamples:
+        out: dict[Any, list[float]] = {}
+        left_out = 0
+        for x, t, g, p, s in zip(ms, topology, groups, processes, starved):
+            if not isinstance(x, (int, float)) or not math.isfinite(x) or x - float(t or 0) <= 0:
+                continue
+            if s and drop:
+                left_out += 1
+                continue
+            out.setdefault((f"{tag}/{g}", int(p or 0)), []).append(math.log((x - float(t or 0)) / steps))
+        return UnitSamples(out, left_out, len(ms))
+
+    kept = units(True)
+    return units(False) if kept.starved and summarize(kept) is None else kept
+
+
+def absolute_between(lines: pd.DataFrame) -> BetweenProcesses:
+    """The between-process variance of log step times, pooled over the ok timed lines of one run:
+    process offsets do not cancel in a time as they do in a ratio, so speedups' own pool is not it."""
+    summaries = []
+    for _, line in lines.iterrows():
+        samples = step_units(line) if line.get("status") == "ok" else None
+        summaries.append(summarize(samples) if samples is not None else None)
+    return pool_between(summaries)
+
+
+def step_time(lines: pd.DataFrame, between: BetweenProcesses) -> StepTime | None:
+    """A case's `StepTime` from its timed ok lines (one per timed seed); None without any."""
+    units: dict[Any, list[float]] = {}
+    for tag, (_, line) in enumerate(lines.iterrows()):
+        samples = step_units(line, tag) if line.get("status") == "ok" else None
+        if samples is not None:
+            units.update(samples.units)
+    if not units:
+        return None
+    summary = summarize(UnitSamples(units))
+    if summary is None:  # no unit of two rounds: a time, but no spread to judge it by
+        values = [v for unit in units.values() for v in unit]
+        timing = StepTime(math.exp(float(np.median(values))), math.nan, math.nan, "no spread: one round per process")
+    else:
+        iv = interval(summary, between)
+        timing = StepTime(iv.value, iv.log_se**2, iv.df, iv.covers)
+    return _with_update_cost(timing, lines)
+
+
+def _with_update_cost(timing: StepTime, lines: pd.DataFrame) -> StepTime:
+    """`timing` with the mean cost of an update over the lines' timed segments that held one."""
+    charged, counted, per_segment = 0.0, 0, []
+    for _, line in lines.iterrows():
+        ms, counts = line.get("segment_topology_ms"), line.get("segment_topology_updates")
+        if line.get("status") != "ok" or not isinstance(ms, list) or not isinstance(counts, list) or len(ms) != len(counts):
+            continue
+        per_segment += [(float(x), int(n)) for x, n in zip(ms, counts) if n]
+        recompile, updates = line.get("topology_recompile_ms"), line.get("topology_updates")
+        if isinstance(recompile, (int, float)) and math.isfinite(recompile) and updates:
+            charged += float(recompile)  # under torch.compile: the recompiles an update caused
+            counted += int(updates)
+    total_updates = sum(n for _, n in per_segment)
+    if not total_updates:
+        return timing
+    cost = sum(x for x, _ in per_segment) / total_updates
+    m = len(per_segment)
+    log_var, df = 0.0, math.inf
+    if m > 1 and cost > 0:  # the ratio estimator's variance, over the segments that held updates
+        variance = m / (m - 1) * sum((x - cost * n) ** 2 for x, n in per_segment) / total_updates**2
+        log_var, df = variance / cost**2, float(m - 1)
+    recompile = charged / counted if counted else 0.0
+    return dataclasses.replace(timing, update_ms=cost + recompile, update_log_var=log_var, update_df=df, update_segments=m)
+
+
+# -- the estimate and its interval ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetTime:
+    """Seconds to target with its interval; `parts` are the log-variance parts and their df."""
+
+    seconds: float
+    low: float
+    high: float
+    parts: tuple[tuple[float, float], ...]
+
+
+def _interval(centre: float, parts: Sequence[tuple[float, float]], level: float = LEVEL) -> tuple[float, float]:
+    """exp(log centre +- t * sqrt(sum of parts)), Satterthwaite's df over the parts (variance, df)."""
+    variance = sum(v for v, _ in parts)
+    if not math.isfinite(variance) or not math.isfinite(centre) or centre <= 0:
+        return math.nan, math.nan
+    if variance <= 0:
+        return centre, centre
+    denominator = sum(v**2 / df for v, df in parts if v > 0 and math.isfinite(df))
+    df = variance**2 / denominator if denominator > 0 else math.inf
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(variance)
+    return centre * math.exp(-half), centre * math.exp(half)
+
+
+def _seconds(steps: float, updates: float, timing: StepTime) -> float:
+    return (steps * timing.step_ms + (updates * timing.update_ms if updates else 0.0)) / 1e3
+
+
+def _timing_parts(steps: float, updates: float, timing: StepTime, total: float) -> list[tuple[float, float]]:
+    """The step time's and the update cost's parts of Var(log T)."""
+    share_steps = steps * timing.step_ms / 1e3 / total
+    parts = [(share_steps**2 * timing.step_log_var, timing.step_df)]
+    if updates:
+        parts.append(((updates * timing.update_ms / 1e3 / total) ** 2 * timing.update_log_var, timing.update_df))
+    return parts
+
+
+def target_time(steps: Sequence[float], updates: Sequence[float], timing: StepTime, level: float = LEVEL) -> TargetTime:
+    """Seconds to target from each seed's steps and updates before it, priced at `timing` (see the
+    module docstring); NaN where a seed missed, its updates are unknown or an update is unpriced."""
+    s, u = np.asarray(steps, dtype=float), np.asarray(updates, dtype=float)
+    if not len(s) or not np.isfinite(s).all() or not np.isfinite(u).all() or (u.any() and not math.isfinite(timing.update_ms)):
+        return TargetTime(math.nan, math.nan, math.nan, ())
+    per_seed = np.array([_seconds(a, b, timing) for a, b in zip(s, u)])
+    total = float(per_seed.mean())
+    parts = _timing_parts(float(s.mean()), float(u.mean()), timing, total)
+    if len(s) > 1:
+        parts.insert(0, (float(per_seed.var(ddof=1)) / len(s) / total**2, float(len(s) - 1)))
+    low, high = _interval(total, parts, level)
+    return TargetTime(total, low, high, tuple(parts))
+
+
+def speedup_to_target(
+    reference: tuple[Sequence[float], Sequence[float], StepTime], case: tuple[Sequence[float], Sequence[float], StepTime],
+    level: float = LEVEL,
+) -> tuple[float, float, float]:
+    """T(reference) / T(case) over their common seeds (the sequences aligned by seed), with the
+    interval: the seed part from the per-seed difference of the two (paired), both timing parts."""
+    ref, own = target_time(*reference, level=level), target_time(*case, level=level)
+    if not math.isfinite(ref.seconds) or not math.isfinite(own.seconds) or own.seconds <= 0:
+        return (math.nan, math.nan, math.nan)
+    (ref_s, ref_u, ref_t), (own_s, own_u, own_t) = reference, case
+    parts = _timing_parts(float(np.mean(ref_s)), float(np.mean(ref_u)), ref_t, ref.seconds)
+    parts += _timing_parts(float(np.mean(own_s)), float(np.mean(own_u)), own_t, own.seconds)
+    if len(ref_s) > 1:
+        differences = [_seconds(a, b, ref_t) / ref.seconds - _seconds(c, d, own_t) / own.seconds
+                       for a, b, c, d in zip(ref_s, ref_u, own_s, own_u)]
+        parts.insert(0, (float(np.var(differences, ddof=1)) / len(differences), float(len(differences) - 1)))
+    value = ref.seconds / own.seconds
+    low, high = _interval(value, parts, level)
+    return (value, low, high)
+
+
+# -- frames: each seed's line (`derive`) and each case over its seeds (`pool_seeds`) -------------------
+
+CaseKey = tuple[str, str, float, str]  # run, method, density, sweep point
+
+
+def _case_keys(frame: pd.DataFrame) -> pd.Series:
+    points = frame_points(frame)
+    return pd.Series([(str(r["run"]), str(r["method"]), float(r["density"]), points[i]) for i, r in frame.iterrows()],
+                     index=frame.index, dtype=object)
+
+
+def case_timings(derived: pd.DataFrame) -> dict[CaseKey, StepTime | None]:
+    """Each case's `StepTime` from its timed lines, the between-process variance pooled per run."""
+    keys = _case_keys(derived)
+    between = {run: absolute_between(rows) for run, rows in derived.groupby(derived["run"].astype(str))}
+    return {key: step_time(derived[keys == key], between[key[0]]) for key in pd.unique(keys)}
+
+
+def _basis(timing: StepTime | None, updates: float) -> str:
+    """Why a reached case has no time to target, or what its time rests on."""
+    if timing is None:
+        return "no timed speed segments (mode: both times them)"
+    if updates and not math.isfinite(timing.update_ms):
+        return "no update fell in its timed segments: an update's cost was not measured (lengthen timing.total_steps)"
+    if not math.isfinite(updates):
+        return "the curve does not list its update steps"
+    return ""
+
+
+def add_target_times(derived: pd.DataFrame) -> pd.DataFrame:
+    """Each line (one seed of a case) with `updates_to_target`, `train_time_to_target_s` (the
+    accuracy run's own clock there), the case's `step_ms_without_updates` and `update_ms`, and
+    `time_to_target_s`: that seed's steps and updates priced at them (no interval for one seed)."""
+    out = derived.copy()
+    if derived.empty or "steps_to_target" not in derived or "run" not in derived:
+        for column in TIME_COLUMNS:
+            out[column] = pd.Series(dtype=object if column in ("time_to_target_covers", "time_to_target_basis") else float)
+        return out
+    timings, keys = case_timings(derived), _case_keys(derived)
+    columns: dict[str, list[Any]] = {c: [] for c in TIME_COLUMNS}
+    for index, row in derived.iterrows():
+        steps, timing = float(row["steps_to_target"]), timings[keys[index]]
+        updates = updates_before(row.get("curve"), steps)
+        seconds = target_time([steps], [updates], timing).seconds if timing is not None else math.nan
+        values = {
+            "time_to_target_s": seconds, "updates_to_target": updates, "train_time_to_target_s": clock_at(row.get("curve"), steps),
+            "step_ms_without_updates": timing.step_ms if timing else math.nan, "update_ms": timing.update_ms if timing else math.nan,
+            "time_to_target_ci_low": math.nan, "time_to_target_ci_high": math.nan, "time_to_target_covers": "",
+            "time_to_target_basis": _basis(timing, updates) if math.isfinite(steps) else "",
+        }
+        for column in TIME_COLUMNS:
+            columns[column].append(values[column])
+    for column, values_list in columns.items():
+        text = column in ("time_to_target_covers", "time_to_target_basis")
+        out[column] = pd.Series(values_list, index=derived.index, dtype=object if text else float)
+    return out
+
+
+def _seeds_of(lines: pd.DataFrame) -> dict[Any, tuple[float, float]] | None:
+    """seed -> (steps, updates) of a case's ok lines; None unless every one reached the target."""
+    ok = lines[lines["status"] == "ok"]
+    if ok.empty or not (ok["target_reached"].map(lambda r: r is True)).all():
+        return None
+    return {row.get("seed", i): (float(row["steps_to_target"]), float(row["updates_to_target"])) for i, row in ok.iterrows()}
+
+
+def _covers(seeds: int, timing: StepTime, updates: float) -> str:
+    parts = [f"{seeds} seed{'s' if seeds != 1 else ''}" + ("" if seeds > 1 else " (no seed spread)"), f"step time {timing.covers}"]
+    if updates:
+        parts.append(f"update cost from {timing.update_segments} timed segment{'s' if timing.update_segments != 1 else ''}"
+                     + (" (its spread not in the interval)" if timing.update_segments < 2 else ""))
+    return "; ".join(parts)
+
+
+def pool_target_times(pooled: pd.DataFrame, derived: pd.DataFrame) -> pd.DataFrame:
+    """`pooled` (one row per case, `pool_seeds`) with each case's time to target over its seeds and
+    its interval, and its speedup to target against the reference and against dense, paired by seed."""
+    out = pooled.copy()
+    for column in (*TIME_COLUMNS, *SPEEDUP_COLUMNS):
+        if column not in out:
+            out[column] = pd.Series(dtype=object if column in ("time_to_target_covers", "time_to_target_basis") else float)
+    if pooled.empty or "steps_to_target" not in derived or "run" not in derived:
+        return out
+    if "updates_to_target" not in derived:  # a frame `derive` did not make (expectations add the steps alone)
+        derived = add_target_times(derived)
+    timings, keys = case_timings(derived), _case_keys(derived)
+    seeds = {key: _seeds_of(derived[keys == key]) for key in timings}
+    pooled_keys = _case_keys(pooled)
+    reference = derived.attrs.get("reference")
+
+    def inputs(key: CaseKey, chosen: list[Any]) -> tuple[list[float], list[float], StepTime] | None:
+        per_seed, timing = seeds.get(key), timings.get(key)
+        if per_seed is None or timing is None or any(s not in per_seed for s in chosen):
+            return None
+        return [per_seed[s][0] for s in chosen], [per_seed[s][1] for s in chosen], timing
+
+    def partner(key: CaseKey, method: str | None) -> CaseKey | None:
+        """`method`'s case beside `key`: at the same density, else its one case at 1.0 (dense)."""
+        run, _, density, point = key
+        matches = [k for k in timings if (k[0], k[1], k[3]) == (run, method, point)]
+        same = [k for k in matches if math.isclose(k[2], density)]
+        return same[0] if same else matches[0] if len(matches) == 1 and matches[0][2] == 1.0 else None
+
+    for index, row in pooled.iterrows():
+        key = pooled_keys[index]
+        per_seed, timing = seeds.get(key), timings.get(key)
+        values: dict[str, Any] = {c: "" if c in ("time_to_target_covers", "time_to_target_basis") else math.nan
+                                  for c in (*TIME_COLUMNS, *SPEEDUP_COLUMNS)}
+        if timing is not None:
+            values.update(step_ms_without_updates=timing.step_ms, update_ms=timing.update_ms)
+        if per_seed is not None and timing is not None:
+            steps, updates = [v[0] for v in per_seed.values()], [v[1] for v in per_seed.values()]
+            estimate = target_time(steps, updates, timing)
+            values.update(
+                time_to_target_s=estimate.seconds, time_to_target_ci_low=estimate.low, time_to_target_ci_high=estimate.high,
+                updates_to_target=float(np.mean(updates)),
+                time_to_target_covers=_covers(len(steps), timing, float(np.mean(updates))) if math.isfinite(estimate.seconds) else "",
+            )
+            for suffix, other in (("", partner(key, reference)), ("_vs_dense", partner(key, "dense"))):
+                common = [s for s in per_seed if other is not None and seeds.get(other) and s in seeds[other]]
+                own, base = inputs(key, common), inputs(other, common) if other else None
+                ratio = (1.0, 1.0, 1.0) if other == key else speedup_to_target(base, own) if own and base else (math.nan,) * 3
+                values.update(zip((f"time_to_target_speedup{suffix}{p}" for p in ("", "_ci_low", "_ci_high")), ratio))
+        lines = derived[keys == key]
+        values["train_time_to_target_s"] = float(lines["train_time_to_target_s"].mean()) if per_seed is not None else math.nan
+        basis = [b for b in lines.get("time_to_target_basis", pd.Series(dtype=object)) if isinstance(b, str) and b]
+        values["time_to_target_basis"] = basis[0] if basis else ""
+        for column, value in values.items():
+            out.at[index, column] = value
+    return out
