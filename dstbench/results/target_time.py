@@ -279,9 +279,11 @@ def case_timings(derived: pd.DataFrame) -> dict[CaseKey, StepTime | None]:
     return {key: step_time(derived[keys == key], between[key[0]]) for key in pd.unique(keys)}
 
 
-def _basis(timing: StepTime | None, updates: float) -> str:
-    """Why a reached case has no time to target, or what its time rests on."""
+def _basis(timing: StepTime | None, updates: float, line: Any) -> str:
+    """Why a case that reached the target has no time to it ('' when it has one)."""
     if timing is None:
+        if isinstance(line.get("segment_ms"), list) and line["segment_ms"]:
+            return "its timed segments do not list their updates' times (written before dstbench recorded them)"
         return "no timed speed segments (mode: both times them)"
     if updates and not math.isfinite(timing.update_ms):
         return "no update fell in its timed segments: an update's cost was not measured (lengthen timing.total_steps)"
@@ -309,7 +311,7 @@ def add_target_times(derived: pd.DataFrame) -> pd.DataFrame:
             "time_to_target_s": seconds, "updates_to_target": updates, "train_time_to_target_s": clock_at(row.get("curve"), steps),
             "step_ms_without_updates": timing.step_ms if timing else math.nan, "update_ms": timing.update_ms if timing else math.nan,
             "time_to_target_ci_low": math.nan, "time_to_target_ci_high": math.nan, "time_to_target_covers": "",
-            "time_to_target_basis": _basis(timing, updates) if math.isfinite(steps) else "",
+            "time_to_target_basis": _basis(timing, updates, row) if math.isfinite(steps) else "",
         }
         for column in TIME_COLUMNS:
             columns[column].append(values[column])

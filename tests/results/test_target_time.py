@@ -150,6 +150,11 @@ def test_a_case_without_a_timed_update_has_no_time_and_says_why(tmp_path: Path) 
     out = add_target_times(pd.DataFrame([line])).iloc[0]
     assert out["updates_to_target"] == 5.0 and math.isnan(out["time_to_target_s"])
     assert "no update fell in its timed segments" in out["time_to_target_basis"]
+    older = line | {"segment_topology_updates": [1] * 10, "segment_topology_ms": [], "topology_updates": 10}
+    out = add_target_times(pd.DataFrame([older])).iloc[0]
+    assert math.isnan(out["time_to_target_s"]) and "do not list their updates' times" in out["time_to_target_basis"]
+    untimed = {k: v for k, v in line.items() if not k.startswith("segment")}  # an accuracy-only line
+    assert "no timed speed segments" in add_target_times(pd.DataFrame([untimed])).iloc[0]["time_to_target_basis"]
 
 
 @pytest.fixture(scope="module")
