@@ -92,6 +92,7 @@ class Barter(Method):
     """
 
     update_replaces_step = False
+    vision_transformer_only = True  # its units are the heads and MLP channels of ViT blocks
 
     @dataclasses.dataclass
     class Params:

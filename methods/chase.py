@@ -47,6 +47,8 @@ class Chase(MaskedMethod):
     a weight pruned and regrown in one update keeps its value (the shared rule; Chase zeroes it).
     """
 
+    conv_weights = False  # its channels are timm Attention and Mlp units (convolutions: part 2)
+
     @dataclasses.dataclass
     class Params(MaskedParams):
         death_rate: float = 0.05  # soft-budget extra density at the first update (cosine decay to 0)
@@ -78,7 +80,7 @@ class Chase(MaskedMethod):
         )
         outside = sorted(self.channels.weight_names() - set(self.mask_set.names))
         if outside:
-            raise ValueError(f"chase: channel weights {outside} are not prunable under pattern {self.params.prunable!r}")
+            raise ValueError(f"chase: channel weights {outside} are not prunable under pattern {self.params.prunable or self.model_prunable!r}")
 
     def build_schedule(self) -> UpdateSchedule:
         # No per-layer drop fraction: what an update exchanges is set by the soft budget, whose

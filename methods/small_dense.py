@@ -37,6 +37,8 @@ class SmallDense(Method):
     `fuse_norms`, no topology update, no importance hooks, no method buffers.
     """
 
+    vision_transformer_only = True  # BARTER's shapes: narrowed ViT blocks
+
     @dataclasses.dataclass
     class Params:
         layout: str = "barter"  # initial shapes: barter (BARTER's, heads in the first blocks) or uniform (every block alike)

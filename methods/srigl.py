@@ -78,6 +78,7 @@ class SRigL(MaskedMethod):
                 raise ValueError("srigl holds a constant fan-in per neuron, which 2:4 sparsity cannot; use execution masked or csr")
 
     update_replaces_step = True
+    conv_weights = False  # constant fan-in per output row of a linear weight (convolutions: part 2)
     prune = Magnitude()
     grow = GradientGrow()
 

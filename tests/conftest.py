@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from dstbench.models.vit import create_vit
+from dstbench.models.timm_models import create_vit
 
 MICRO_MODEL: dict[str, Any] = {
     "name": "vit_tiny_patch16_224",

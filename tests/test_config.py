@@ -58,8 +58,8 @@ def test_same_method_twice_needs_labels() -> None:
     "model, fragment",
     [
         ({"name": "no_such_model"}, "unknown timm model"),
-        ({"name": "resnet18"}, "not a timm VisionTransformer"),
-        ({"name": "vit_tiny_patch16_224", "embed_dimension": 64}, "cannot build model"),
+        ({"name": "vit_tiny_patch16_224", "input_size": [3, 32, 32]}, "(a VisionTransformer) takes [3, 224, 224]"),
+        ({"name": "vit_tiny_patch16_224", "embed_dimension": 64}, "cannot build 'vit_tiny_patch16_224'"),
         ({"name": "vit_tiny_patch16_224", "pretrained": True}, "pretrained"),
     ],
 )

@@ -17,7 +17,7 @@ from dstbench.execution.accuracy_track import evaluate
 from dstbench.dst.checkpoint import case_checkpoint_path, load_checkpoint
 from dstbench.inputs.loaders import build_datasets, eval_loader
 from dstbench.suite.loading import parse_suite
-from dstbench.models.vit import create_vit, input_shape
+from dstbench.models.timm_models import create_vit, input_shape
 from tests.conftest import SGD, micro_batches
 from tests.distributed_workers import (
     ACCURACY_CASE, ACCURACY_SUITE, ADAM, BATCH, METHODS, TOTAL_STEPS, build, snapshot, spawn_ranks,

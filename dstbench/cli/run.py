@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from rich.console import Console
@@ -80,10 +81,24 @@ def print_plan(plan: Any) -> None:
             print(f"point {members[0].point}: model {point.model.name} {_model_text(point)}, batch {point.batch_size}, "
                   f"precision {point.precision}, compile {'on' if point.compile.enabled else 'off'}; suite hash {point.setup_hash()}")
         print(tabulate(rows, headers=["case", "method", "kind", "density", "params", "status"], tablefmt="simple", disable_numparse=True))
+    _print_pruned(suite)
     where = f"into {plan.run_dir} (resumed)" if plan.run_dir else "into a new run folder"
     left_out = len(plan.all_cases) - len(plan.cases)
     print(f"\n{len(plan.todo)} of {len(plan.cases)} selected cases would run {where}"
           + (f"; {left_out} more in the suite, not selected" if left_out else "") + ". Nothing was written (--dry-run).")
+
+
+def _print_pruned(suite: Any) -> None:
+    """The weights the suite's masked methods prune, with their shapes and active weights per density."""
+    from tabulate import tabulate
+
+    from dstbench.suite.model_fit import pruned_weights
+
+    for labels, shapes, budgets in pruned_weights(suite):
+        total = sum(math.prod(shape) for shape in shapes.values())
+        print(f"\npruned by {', '.join(labels)}: {len(shapes)} weights of {suite.model.name}, {total:,} in all")
+        rows = [(name, "x".join(map(str, shape)), *(f"{budget[name]:,}" for budget in budgets.values())) for name, shape in shapes.items()]
+        print(tabulate(rows, headers=["parameter", "shape", *(f"active at {d:g}" for d in budgets)], tablefmt="simple", disable_numparse=True))
 
 
 def _model_text(suite: Any) -> str:

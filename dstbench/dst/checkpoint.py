@@ -55,12 +55,16 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 def load_pretrained(model: torch.nn.Module, path: str | Path) -> dict[str, Any]:
     """Load weights from `path` into `model` before a method wraps it. Returns what was loaded and
     which keys were left at their initial values (a head of another class count)."""
-    from timm.models.vision_transformer import checkpoint_filter_fn
+    from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
     path = Path(path).expanduser()
-    state = checkpoint_filter_fn(_read_state_dict(path), model)
+    state = _read_state_dict(path)
+    if isinstance(model, VisionTransformer):  # position embeddings and patch size adapted to the model
+        state = checkpoint_filter_fn(state, model)
     own = model.state_dict()
-    reinitialised = sorted(k for k, v in state.items() if HEAD.fullmatch(k) and k in own and v.shape != own[k].shape)
+    classifier = model.get_classifier() if hasattr(model, "get_classifier") else None
+    heads = {f"{name}.{key}" for name, module in model.named_modules() if module is classifier for key in module.state_dict()}
+    reinitialised = sorted(k for k, v in state.items() if (HEAD.fullmatch(k) or k in heads) and k in own and v.shape != own[k].shape)
     for key in reinitialised:
         del state[key]
     mismatched = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items() if k in own and v.shape != own[k].shape]

@@ -26,7 +26,7 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ClassVar
 
@@ -43,7 +43,7 @@ from dstbench.util.device import synchronize
 from dstbench.models.fused_norms import fuse_block_norms
 from dstbench.dst.optimizer import build_optimizer
 from dstbench.dst.update_schedule import UpdateSchedule
-from dstbench.models.vit import prunable_weights
+from dstbench.models.timm_models import default_prunable, family, is_vision_transformer, prunable_weights
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -102,7 +102,8 @@ class Method:
 
     **Attributes** set by `__init__`, for subclasses to read:
     `params` (the parsed `Params` dataclass), `target_density` (the case's density, in (0, 1]),
-    `total_steps` (the length of training the schedules assume), `optimizer_spec` (the suite's
+    `total_steps` (the length of training the schedules assume), `model_prunable` (the regex of the
+    weights DST acts on unless a method's own `prunable` says otherwise), `optimizer_spec` (the suite's
     optimizer mapping), `precision` (`fp32`, `bf16`, `fp16`), `fuse_norms`, `seed`, `generator` (a
     CPU `torch.Generator` seeded with `seed`: use it for every random draw, so runs repeat and ranks
     agree), `loss_fn`, `lr_scheduler` (None unless the harness sets one), `step` (steps taken),
@@ -127,6 +128,18 @@ class Method:
     update_replaces_step: ClassVar[bool] = False
     # When set (in `__init__`), `update_due` follows it.
     schedule: UpdateSchedule | None = None
+    # A method that resizes transformer blocks (attention heads, MLP channels) trains timm
+    # VisionTransformers only; suite validation refuses it on any other model.
+    vision_transformer_only: ClassVar[bool] = False
+
+    @classmethod
+    def model_problem(cls, model: torch.nn.Module, params: Mapping[str, Any], model_prunable: str | None) -> str | None:
+        """Why this method cannot train `model` (the suite's, built on the meta device) with
+        `params` (the suite's for it), or None. Suite validation refuses the suite with it (exit 2),
+        so no case starts that cannot run. `model_prunable`: the suite's `model.prunable`."""
+        if cls.vision_transformer_only and not is_vision_transformer(model):
+            return f"{cls.name} resizes the attention heads and MLP channels of timm VisionTransformer blocks, which a {family(model)} does not have"
+        return None
 
     @dataclasses.dataclass
     class Params:
@@ -143,6 +156,7 @@ class Method:
         fuse_norms: bool = False,
         seed: int = 0,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        model_prunable: str | None = None,
         **params: Any,
     ) -> None:
         if not 0.0 < density <= 1.0:
@@ -159,6 +173,8 @@ class Method:
         self.fuse_norms = bool(fuse_norms)
         self.seed = int(seed)
         self.loss_fn = loss_fn or F.cross_entropy
+        # The suite's `model.prunable`, else the model's default (a method's own `prunable` goes first).
+        self.model_prunable = model_prunable or default_prunable(model)
         self.lr_scheduler: Any = None  # stepped once per training step when set
         self.step = 0  # optimizer steps taken (topology-update steps included)
         self.topology_updates = 0
@@ -210,8 +226,9 @@ class Method:
         return self._model if self._ddp.wrapper is None else self._ddp.wrapper
 
     def prunable(self) -> dict[str, torch.nn.Parameter]:
-        """The weights DST acts on (qkv, proj, fc1, fc2 of every block), by parameter name."""
-        return prunable_weights(self.model)
+        """The weights DST acts on (`model_prunable`: a ViT's qkv, proj, fc1, fc2 of every block;
+        another model's convolutions and linears but stem and classifier), by parameter name."""
+        return prunable_weights(self.model, self.model_prunable)
 
     def density(self) -> float:
         """Fraction of prunable weights active now (the line's `density_achieved`). Here: counted

@@ -43,7 +43,7 @@ from dstbench.inputs.transforms import mixup_and_loss
 from dstbench.dst.method_base import PRECISIONS, Method
 from dstbench.util.device import synchronize
 from dstbench.results.record import CaseResult
-from dstbench.models.vit import create_vit, input_shape
+from dstbench.models.timm_models import create_model, input_shape
 
 Progress = Callable[[str, int, int], None]
 
@@ -152,7 +152,7 @@ def measure_accuracy(
 ) -> Method:
     """Train and evaluate one case; fills the accuracy fields of `result`. Returns the trained method."""
     acc, data = suite.accuracy, suite.data
-    shape = input_shape(create_vit(suite.model.name, device="meta", **suite.model.kwargs))
+    shape = input_shape(create_model(suite.model.name, device="meta", **suite.model.kwargs), suite.model.input_size)
     datasets = build_datasets(data, shape)
     pin = device.type == "cuda"
     train = EpochLoader(datasets.train, suite.batch_size, data.num_workers, case.run_seed(suite.seed), pin_memory=pin)

@@ -21,7 +21,7 @@ from dstbench.suite.schema import SuiteConfig
 from dstbench.dst.method_base import Method
 from dstbench.results.record import CaseResult
 from dstbench.suite.loading import parse_suite
-from dstbench.models.vit import create_vit
+from dstbench.models.timm_models import create_model
 
 # progress(stage, done, total): stage is "warmup", "segment", "epoch" or "profile".
 Progress = Callable[[str, int, int], None]
@@ -80,7 +80,7 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
     case's method; the seed is the case's (one of the suite's `seeds`), else the suite's."""
     seed = case.run_seed(suite.seed)
     seed_everything(seed)
-    model = create_vit(suite.model.name, device=device, **suite.model.kwargs)
+    model = create_model(suite.model.name, device=device, **suite.model.kwargs)
     if suite.model.checkpoint:
         from dstbench.dst.checkpoint import load_pretrained
 
@@ -94,6 +94,7 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
         precision=suite.precision,
         fuse_norms=suite.fuse_norms,
         seed=seed,
+        model_prunable=suite.model.prunable,
         **harness,
         **case.params,
     )

@@ -13,7 +13,7 @@ import torch
 
 from dstbench.data.synthetic import synthetic_batches
 from dstbench.util.distributed import rank, rank_seed
-from dstbench.models.vit import input_shape
+from dstbench.models.timm_models import input_shape
 
 if TYPE_CHECKING:  # dstbench.suite.schema imports dstbench.data.catalog while it validates
     from dstbench.suite.schema import SuiteConfig
@@ -37,9 +37,9 @@ def speed_batches(
     if suite.data.name == "synthetic":
         seed = rank_seed(seed, rank())
         return (
-            synthetic_batches(suite.batch_size, input_shape(model), model.num_classes, device, seed=seed),
+            synthetic_batches(suite.batch_size, input_shape(model, suite.model.input_size), model.num_classes, device, seed=seed),
             "synthetic, device-resident",
         )
     from dstbench.inputs.loaders import real_speed_batches
 
-    return real_speed_batches(suite.data, input_shape(model), suite.batch_size, seed, device)
+    return real_speed_batches(suite.data, input_shape(model, suite.model.input_size), suite.batch_size, seed, device)

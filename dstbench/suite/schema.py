@@ -300,22 +300,14 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _executions_fit_suite(self) -> "SuiteConfig":
-        """A masked method's `execution` must be able to run here (semi_structured: CUDA, density
-        0.5, fp16/bf16, prunable weights with both dimensions multiples of 16; csr: not under
-        torchrun), so a run never starts cases that cannot run."""
-        from dstbench.dst.masked.backends import execution_problem
+    def _methods_fit_model(self) -> "SuiteConfig":
+        """Every method can train the suite's model here, its `execution` included
+        (`dstbench.suite.model_fit`), so a run never starts cases that cannot run."""
+        from dstbench.suite.model_fit import methods_problem
 
-        for index, spec in enumerate(self.methods):
-            if "execution" not in spec.params:
-                continue
-            problem = execution_problem(
-                spec.params, device=self.device, densities=self.method_densities(spec),
-                precision=self.precision, launcher=self.launcher.case_launcher,
-                model_name=self.model.name, model_kwargs=self.model.kwargs,
-            )
-            if problem:
-                raise ValueError(f"methods.{index}.params.execution: {problem}")
+        problem = methods_problem(self) if self._recorded_kinds is None else None
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -422,6 +414,9 @@ class SuiteConfig(Strict):
         measured["seed"] = self.seed
         measured["timing"].pop("per_seed", None)
         measured["accuracy"].pop("target_top1", None)  # read from the curves after training
+        for key in ("input_size", "prunable"):  # dstbench's model keys: in the hash only when set
+            if measured["model"].get(key) is None:
+                measured["model"].pop(key, None)
         if self.threads is not None:
             measured["threads"] = self.threads
         # Only when set, so suites without them keep the hash they had.

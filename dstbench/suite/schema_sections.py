@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,13 +41,23 @@ class Strict(BaseModel):
 
 
 class ModelConfig(BaseModel):
-    """`name` is a timm ViT; every other key goes to `timm.create_model`."""
+    """`name` is any timm model; every key but dstbench's own (`checkpoint`, `input_size`,
+    `prunable`) goes to `timm.create_model`."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
-    name: str = Field("vit_tiny_patch16_224", description="a timm ViT (`timm.create_model`); no pretrained weights are downloaded")
+    name: str = Field("vit_tiny_patch16_224", description=(
+        "a timm model (`timm.create_model`): a VisionTransformer, or a CNN or other model for the masked methods; no "
+        "pretrained weights are downloaded"))
     checkpoint: str | None = Field(None, description=(
         "weights loaded into the freshly built model before the method wraps it (fine-tuning): a state dict, a timm or "
         "DeiT checkpoint, a .safetensors file or a dstbench case checkpoint; must exist when the suite is validated"))
+    input_size: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(None, description=(
+        "[C, H, W] of one input: synthetic batches, and the size dataset images are resized to; default: a ViT's own "
+        "size, else timm's pretrained config `input_size`"))
+    prunable: str | None = Field(None, description=(
+        "regex (full match) of the parameter names DST prunes; default: a ViT's block linears (qkv, proj, fc1, fc2), "
+        "else every Conv2d and Linear weight but the stem (first convolution) and the classifier. A masked method's "
+        "own `prunable` parameter goes first"))
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -59,14 +70,32 @@ class ModelConfig(BaseModel):
             raise ValueError(f"{checkpoint}: no such file")
         return checkpoint
 
+    @field_validator("prunable")
+    @classmethod
+    def _pattern_compiles(cls, pattern: str | None) -> str | None:
+        try:
+            re.compile(pattern or "")
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc}): {pattern!r}") from None
+        return pattern
+
     @model_validator(mode="after")
     def _buildable(self) -> "ModelConfig":
-        from dstbench.models.vit import create_vit
+        from dstbench.models.timm_models import create_model, input_shape, is_vision_transformer
 
         try:
-            create_vit(self.name, device="meta", **self.kwargs)
+            model = create_model(self.name, device="meta", **self.kwargs)
         except Exception as exc:  # timm raises TypeError/ValueError/RuntimeError for bad kwargs
-            raise ValueError(f"cannot build model: {exc}") from None
+            raise ValueError(f"cannot build {self.name!r}: {exc}") from None
+        if self.input_size is not None and is_vision_transformer(model) and tuple(self.input_size) != input_shape(model):
+            raise ValueError(
+                f"input_size {list(self.input_size)}, but {self.name!r} (a VisionTransformer) takes "
+                f"{list(input_shape(model))}; set img_size and in_chans instead, or leave input_size out")
+        if self.input_size is None and not is_vision_transformer(model):
+            try:
+                input_shape(model)
+            except ValueError as exc:
+                raise ValueError(f"input_size: {exc}") from None
         return self
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from dstbench.models.vit import create_vit
+from dstbench.models.timm_models import create_vit
 
 SMOKE_SUITE = Path(__file__).resolve().parents[2] / "suites" / "cpu_smoke.yaml"
 QUICK = os.environ.get("DSTBENCH_BENCH_QUICK", "") not in ("", "0")

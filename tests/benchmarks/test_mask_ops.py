@@ -15,7 +15,7 @@ import torch
 
 from dstbench.dst.optimizer import build_optimizer
 from dstbench.dst.masked.masks import MaskSet, random_mask
-from dstbench.models.vit import prunable_weights
+from dstbench.models.timm_models import prunable_weights
 from tests.benchmarks.conftest import OPTIMIZER, pedantic
 
 Grads = list[torch.Tensor]

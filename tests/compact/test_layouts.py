@@ -12,7 +12,7 @@ import pytest
 from dstbench.dst.compact.compact_vit import (
     barter_layout, budgets, compact_vit, full_prunable_numel, spread, topology, uniform_layout,
 )
-from dstbench.models.vit import create_vit, prunable_weights
+from dstbench.models.timm_models import create_vit, prunable_weights
 from tests.conftest import micro_vit
 
 SMOKE = {"img_size": 32, "patch_size": 4, "num_classes": 10, "embed_dim": 128, "depth": 4, "num_heads": 8}

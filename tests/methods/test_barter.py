@@ -258,7 +258,7 @@ def test_keeps_learning_digits_across_updates() -> None:
     and no update costs more than a sliver of held-out loss."""
     from sklearn.datasets import load_digits
 
-    from dstbench.models.vit import create_vit
+    from dstbench.models.timm_models import create_vit
 
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 8.0 - 1.0

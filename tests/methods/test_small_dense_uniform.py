@@ -7,7 +7,7 @@ import torch
 
 import dstbench
 from dstbench.dst.compact.compact_vit import compact_blocks
-from dstbench.models.vit import create_vit
+from dstbench.models.timm_models import create_vit
 from tests.conftest import ADAMW, micro_batches, micro_vit
 
 SMOKE = {"img_size": 32, "patch_size": 4, "num_classes": 10, "embed_dim": 128, "depth": 4, "num_heads": 8}

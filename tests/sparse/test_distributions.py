@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dstbench.dst.masked.distributions import allot, erk_densities, layer_allotment, target_active
-from dstbench.models.vit import prunable_weights
+from dstbench.models.timm_models import prunable_weights
 from tests.conftest import micro_vit
 
 SHAPES = {"small": (8, 8), "wide": (16, 64), "big": (64, 64), "tall": (256, 64)}
@@ -77,3 +77,20 @@ def test_allot_fills_remainders_by_largest_fraction() -> None:
 def test_unknown_distribution_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown distribution"):
         layer_allotment(SHAPES, 0.1, "snip")
+
+
+def test_erk_on_convolutions_follows_rigls_kernel_formula() -> None:
+    # RigL's ERK for a conv layer (out, in, kh, kw): density = eps * (out + in + kh + kw) / (out * in * kh * kw).
+    # By hand, at 0.2: A 30/1152 and B 54/4608 raw; eps = 0.2 * 5760 / (30 + 54) = 13.714...
+    shapes = {"A": (16, 8, 3, 3), "B": (32, 16, 3, 3)}
+    densities = erk_densities(shapes, 0.2)
+    assert densities["A"] == pytest.approx(1152 / 84 * 30 / 1152) and densities["A"] == pytest.approx(0.357142857)
+    assert densities["B"] == pytest.approx(1152 / 84 * 54 / 4608) and densities["B"] == pytest.approx(0.160714286)
+    # A 1x1 convolution C (64, 32, 1, 1): raw 98/2048; at 0.5 eps = 3904 / 182 would give it 1.03, so it is
+    # dense and the other two share what is left: eps = (3904 - 2048) / 84.
+    shapes["C"] = (64, 32, 1, 1)
+    densities = erk_densities(shapes, 0.5)
+    assert densities["C"] == 1.0
+    assert densities["A"] == pytest.approx(1856 / 84 * 30 / 1152) and densities["B"] == pytest.approx(1856 / 84 * 54 / 4608)
+    counts = layer_allotment(shapes, 0.5)
+    assert counts["C"] == 2048 and sum(counts.values()) == 3904

@@ -9,7 +9,7 @@ import torch
 from dstbench.dst.optimizer import build_optimizer, state_tensors
 from dstbench.dst.masked.masks import MaskSet, random_mask
 from dstbench.measure.trackers.memory import unique_bytes
-from dstbench.models.vit import prunable_weights
+from dstbench.models.timm_models import prunable_weights
 from tests.conftest import ADAMW, SGD, micro_vit
 
 

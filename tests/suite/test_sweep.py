@@ -57,7 +57,7 @@ def test_every_point_is_validated_as_a_suite_of_its_own() -> None:
     # A suite without a sweep or compile hashes as before they existed.
     assert not {"sweep", "sweep_mode", "compile"} & set(plain.setup_settings())
 
-    with pytest.raises(SuiteError, match=r"point embed_dim=66,num_heads=4: model: cannot build model"):
+    with pytest.raises(SuiteError, match=r"point embed_dim=66,num_heads=4: model: cannot build 'vit_tiny_patch16_224'"):
         parse_suite(micro_suite(sweep={"model.embed_dim": [64, 66], "model.num_heads": [4]}))
     with pytest.raises(SuiteError, match="zip pairs lists of equal length"):
         parse_suite(micro_suite(sweep={"model.embed_dim": [32, 64], "model.num_heads": [4]}, sweep_mode="zip"))

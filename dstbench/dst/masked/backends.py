@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from dstbench.util import distributed
-from dstbench.models.vit import DEFAULT_PRUNABLE, create_vit, prunable_weights
+from dstbench.models.timm_models import create_model, prunable_weights
 from dstbench.dst.masked.csr import CsrMaskSet
 from dstbench.dst.masked.masks import MaskSet
 from dstbench.dst.masked import semi_structured
@@ -126,15 +126,15 @@ def create_execution(name: str) -> MaskedExecution:
     return BACKENDS[name]()
 
 
-def prunable_shapes(model_name: str, model_kwargs: Mapping[str, Any], pattern: str) -> dict[str, tuple[int, ...]] | None:
-    """The shapes of the weights `pattern` selects in the suite's model (built on the meta device:
-    no memory, no weights), or None when the pattern is not a valid regular expression (the
-    method's parameters are refused for it on their own)."""
+def prunable_shapes(model_name: str, model_kwargs: Mapping[str, Any], pattern: str | None) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of the weights `pattern` (None: the model's default) selects in the suite's model
+    (built on the meta device: no memory, no weights), or None when the pattern is not a valid
+    regular expression (the method's parameters are refused for it on their own)."""
     try:
-        re.compile(pattern)
+        re.compile(pattern or "")
     except re.error:
         return None
-    model = create_vit(model_name, device="meta", **dict(model_kwargs))
+    model = create_model(model_name, device="meta", **dict(model_kwargs))
     return {name: tuple(weight.shape) for name, weight in prunable_weights(model, pattern).items()}
 
 
@@ -147,10 +147,11 @@ def execution_problem(
     launcher: str,
     model_name: str | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
+    model_prunable: str | None = None,
 ) -> str | None:
     """Why a masked method's `execution` cannot run in this suite, or None (suite validation: exit 2).
-    With the suite's model (`model_name`, `model_kwargs`), semi_structured also checks the shapes
-    of the prunable weights."""
+    With the suite's model (`model_name`, `model_kwargs`, its `model_prunable`), semi_structured
+    also checks the shapes of the prunable weights."""
     execution = params.get("execution", "masked")
     if execution == "csr":
         if launcher == "torchrun":
@@ -160,6 +161,6 @@ def execution_problem(
     if execution == "semi_structured":
         shapes = None
         if model_name is not None:
-            shapes = prunable_shapes(model_name, model_kwargs or {}, str(params.get("prunable", DEFAULT_PRUNABLE)))
+            shapes = prunable_shapes(model_name, model_kwargs or {}, params.get("prunable") or model_prunable)
         return semi_structured.problem(device, densities, precision, shapes)
     return None

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -53,7 +54,7 @@ from dstbench.dst.masked.distributions import DISTRIBUTIONS, layer_allotment, ta
 from dstbench.dst.masked.backends import EXECUTIONS, create_execution
 from dstbench.dst.masked.masks import random_mask
 from dstbench.dst.masked.scorers import GrowScorer, Magnitude, PruneScorer, RandomGrow, drop_and_grow
-from dstbench.models.vit import DEFAULT_PRUNABLE, prunable_weights
+from dstbench.models.timm_models import default_prunable, family, prunable_weights
 
 
 @dataclasses.dataclass
@@ -62,7 +63,7 @@ class MaskLayoutParams:
     `static` included."""
 
     distribution: str = "erk"  # layer densities: "erk" or "uniform"
-    prunable: str = DEFAULT_PRUNABLE  # regex (full match) of the parameter names that are masked
+    prunable: str | None = None  # regex (full match) of the masked parameters; default: model.prunable, else the model's
     execution: str = "masked"  # how the masked linears compute: masked, csr or semi_structured
 
     def __post_init__(self) -> None:
@@ -71,7 +72,7 @@ class MaskLayoutParams:
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
         try:
-            re.compile(self.prunable)
+            re.compile(self.prunable or "")
         except re.error as exc:
             raise ValueError(f"prunable is not a valid regular expression ({exc}): {self.prunable!r}") from None
 
@@ -123,6 +124,29 @@ class MaskedMethod(Method):
     """Scores an update ranks the inactive positions by: the highest are grown (`NoGrow`: none)."""
     soft_schedule: UpdateSchedule | None = None
     """Set by a method with a soft budget: its `fraction(t)` is the extra density held above the target."""
+    conv_weights: ClassVar[bool] = True
+    """Whether the update handles convolution (4-D) weights; one that is per output row (SRigL's
+    fan-in, Chase's channels) is refused on them at suite validation until it does."""
+
+    @classmethod
+    def model_problem(cls, model: torch.nn.Module, params: Mapping[str, Any], model_prunable: str | None) -> str | None:
+        """`Method.model_problem`, and: the weights it would mask exist, and are linear (2-D) where
+        the method or its execution (csr, semi_structured) handles nothing else."""
+        pattern = params.get("prunable") or model_prunable or default_prunable(model)
+        weights = prunable_weights(model, pattern)
+        if not weights:
+            return f"no parameter of the {family(model)} matches prunable {pattern!r}"
+        convolutions = [name for name, weight in weights.items() if weight.dim() != 2]
+        if not convolutions:
+            return None
+        listed = f"{convolutions[0]}" + (f" and {len(convolutions) - 1} more" if len(convolutions) > 1 else "")
+        if not cls.conv_weights:
+            return (f"{cls.name} does not prune convolution weights yet ({listed} of the {family(model)}); "
+                    "name linear weights alone with prunable")
+        execution = params.get("execution", "masked")
+        if execution != "masked":
+            return f"execution {execution} computes linear (2-D) weights only; {listed} of the {family(model)} are convolutions"
+        return None
 
     def __init__(self, model: torch.nn.Module, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
@@ -179,8 +203,8 @@ class MaskedMethod(Method):
 
     # -- inspection ---------------------------------------------------------------------------------
     def prunable(self) -> dict[str, torch.nn.Parameter]:
-        """The weights matching `params.prunable` (full match), by parameter name."""
-        return prunable_weights(self.model, self.params.prunable)
+        """The weights matching `params.prunable` (full match), else `model_prunable`, by parameter name."""
+        return prunable_weights(self.model, self.params.prunable or self.model_prunable)
 
     def masks(self) -> dict[str, torch.Tensor]:
         """Bool masks by parameter name (copies: editing them changes nothing)."""

@@ -1,0 +1,73 @@
+"""Whether a suite's methods can train its model: checked at validation, before anything runs.
+
+The model is built on the meta device (shapes, no memory). Each method says what it cannot train
+(`Method.model_problem`: BARTER and small_dense need ViT blocks; a masked method needs weights to
+mask, and convolutions only where its update and execution handle them), a masked method's
+`execution` must run on the suite's device, precision and launcher, and `fuse_norms` needs ViT
+blocks. `pruned_weights` lists what a masked method would prune, for `run --dry-run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dstbench.methods as catalog
+
+
+def _model(suite: Any) -> Any:
+    from dstbench.models.timm_models import create_model
+
+    return create_model(suite.model.name, device="meta", **suite.model.kwargs)
+
+
+def methods_problem(suite: Any) -> str | None:
+    """The first reason a method of `suite` (a `SuiteConfig`) cannot run it, beginning with the key
+    to change and naming the method and the model; None when every one can."""
+    from dstbench.dst.masked.backends import execution_problem
+    from dstbench.models.timm_models import family, is_vision_transformer
+
+    model = _model(suite)
+    name = f"{suite.model.name!r} ({family(model)})"
+    if suite.fuse_norms and not is_vision_transformer(model):
+        return f"fuse_norms: fuses the LayerNorm and Linear pairs of ViT blocks, which {name} does not have"
+    known = set(catalog.list_methods())
+    for index, spec in enumerate(suite.methods):
+        if spec.name not in known:
+            continue  # refused on its own (`methods`)
+        problem = catalog.method_info(spec.name).cls.model_problem(model, dict(spec.params), suite.model.prunable)
+        if problem:
+            return f"methods.{index}: {spec.key} cannot train {name}: {problem}"
+        if "execution" in spec.params:
+            problem = execution_problem(
+                spec.params, device=suite.device, densities=suite.method_densities(spec), precision=suite.precision,
+                launcher=suite.launcher.case_launcher, model_name=suite.model.name, model_kwargs=suite.model.kwargs,
+                model_prunable=suite.model.prunable,
+            )
+            if problem:
+                return f"methods.{index}.params.execution: {problem}"
+    return None
+
+
+def pruned_weights(suite: Any) -> list[tuple[list[str], dict[str, tuple[int, ...]], dict[float, dict[str, int]]]]:
+    """For each distinct (prunable pattern, distribution) of the suite's masked methods: the method
+    labels, the weights they prune with their shapes, and each density's active weights per layer."""
+    from dstbench.dst.masked.distributions import layer_allotment
+    from dstbench.dst.masked.masked_method import MaskedMethod
+    from dstbench.models.timm_models import prunable_weights
+
+    model = _model(suite)
+    groups: dict[tuple[str | None, str], tuple[list[str], set[float]]] = {}
+    for spec in suite.methods:
+        cls = catalog.method_info(spec.name).cls
+        if not issubclass(cls, MaskedMethod):
+            continue
+        key = (spec.params.get("prunable") or suite.model.prunable, str(spec.params.get("distribution", "erk")))
+        labels, densities = groups.setdefault(key, ([], set()))
+        labels.append(spec.key)
+        densities.update(suite.method_densities(spec))
+    out = []
+    for (pattern, distribution), (labels, densities) in groups.items():
+        shapes = {n: tuple(w.shape) for n, w in prunable_weights(model, pattern).items()}
+        budgets = {d: layer_allotment(shapes, d, distribution) for d in sorted(densities) if shapes}
+        out.append((labels, shapes, budgets))
+    return out
