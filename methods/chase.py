@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -12,10 +13,11 @@ from dstbench.util import distributed
 from dstbench.dst import phases
 from dstbench.dst.registry import register_method
 from dstbench.dst.update_schedule import UpdateSchedule
-from dstbench.dst.masked.channels import ChannelPruner
+from dstbench.dst.masked.channels import ChannelPruner, channel_pairs
 from dstbench.dst.masked.distributions import target_active
 from dstbench.dst.masked.masked_method import MaskedMethod, MaskedParams
 from dstbench.dst.masked.scorers import GradientGrow, Magnitude, select_top
+from dstbench.models.timm_models import family
 
 
 @register_method("chase", kind="masked")
@@ -45,9 +47,22 @@ class Chase(MaskedMethod):
     threshold (Chase's CNNs have one kind of channel); S_c is capped at `1 - (density + death_rate)`
     so the live channels can still hold the soft budget (never binding at Chase's densities <= 0.1);
     a weight pruned and regrown in one update keeps its value (the shared rule; Chase zeroes it).
+
+    On a CNN (timm ResNet blocks, ConvNeXt's 1x1-convolution MLPs) a channel is a block's inner
+    channel: an output channel of conv1 (and of a bottleneck's conv2) with its batch norm, whose
+    weight and bias are zeroed with it, consumed by the next convolution's input channel; all of a
+    model's inner channels form one pool ("channel"). Channels that feed a residual sum are never
+    removed (each block on the stream would have to drop them together), so the channel sparsity
+    is of the inner channels only.
     """
 
-    conv_weights = False  # its channels are timm Attention and Mlp units (convolutions: part 2)
+    @classmethod
+    def model_problem(cls, model: torch.nn.Module, params: Mapping[str, Any], model_prunable: str | None) -> str | None:
+        """`MaskedMethod.model_problem`, and: the model has channels to remove (`channel_pairs`)."""
+        problem = super().model_problem(model, params, model_prunable)
+        if problem is None and not channel_pairs(model):
+            return f"chase removes the channels of timm Attention, Mlp and ResNet blocks, and the {family(model)} has none"
+        return problem
 
     @dataclasses.dataclass
     class Params(MaskedParams):
@@ -149,7 +164,7 @@ class Chase(MaskedMethod):
             **super().result_extras(),
             "channel_sparsity_final": self.channel_sparsity,
             "channel_sparsity_target": self.channels.target(self.step),
-            "channel_sparsity": {kind: self.channels.sparsity(kind) for kind in ("ffn", "head")},
+            "channel_sparsity": {kind: self.channels.sparsity(kind) for kind in dict.fromkeys(g.kind for g in self.channels.groups)},
         }
 
     def method_buffers(self) -> dict[str, torch.Tensor]:

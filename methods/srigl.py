@@ -61,6 +61,9 @@ class SRigL(MaskedMethod):
     4,608 rows over 786,432; up to 6% relative at d=0.1). `result_extras` gives each layer's fan-in
     and live neurons. Executions: masked and csr (the structure is only ever a mask).
 
+    On a convolution (out, in, kh, kw) a neuron is an output channel: its fan-in counts its filter's
+    `in x kh x kw` inputs, and ablation removes the channel's whole filter.
+
     Parameters: RigL's (`delta_t` 100, `drop_fraction` 0.3, `t_end` 0.75, `distribution` erk) and
     `gamma_sal` 0.3 (the default of the authors' code; their ViT configuration uses 0.95 with
     `distribution: uniform`; 0 ablates nothing). Rules and deviations: the module docstring.
@@ -78,17 +81,17 @@ class SRigL(MaskedMethod):
                 raise ValueError("srigl holds a constant fan-in per neuron, which 2:4 sparsity cannot; use execution masked or csr")
 
     update_replaces_step = True
-    conv_weights = False  # constant fan-in per output row of a linear weight (convolutions: part 2)
     prune = Magnitude()
     grow = GradientGrow()
 
     def initial_mask(self, name: str, weight: torch.Tensor) -> torch.Tensor:
         """`k0 = allotment // rows` random active weights in every output row (all of a layer ERK
-        made dense)."""
-        if weight.dim() != 2:
-            raise ValueError(f"srigl: {name} is not a 2-D (out, in) weight")
-        rows, columns = weight.shape
-        return random_fan_in_mask((rows, columns), fan_in(self.allotment[name], rows, columns), self.generator)
+        made dense); a convolution's row is an output channel's filter, `in x kh x kw` inputs."""
+        if weight.dim() < 2:
+            raise ValueError(f"srigl: {name} has no (out, in, ...) layout to hold a fan-in in")
+        rows, columns = weight.shape[0], weight[0].numel()
+        mask = random_fan_in_mask((rows, columns), fan_in(self.allotment[name], rows, columns), self.generator)
+        return mask.view(weight.shape)
 
     def update_topology(self, step: int) -> None:
         """Prune, ablate and grow every sparse layer back to a constant fan-in (class docstring)."""
@@ -101,15 +104,15 @@ class SRigL(MaskedMethod):
             budget = self.allotment[name]
             if budget == weight.numel():
                 continue  # a layer ERK made dense stays dense
-            rows, columns = weight.shape
+            rows, columns = weight.shape[0], weight[0].numel()  # a convolution: one row per output channel
             n_active = counts[name]
             n_drop = int(n_active * fraction)
             n_keep = n_active - n_drop
             with self.update_phase(phases.SCORING):
-                magnitude = self.prune(weight, weight.grad)
-                gradient = self.grow(weight, weight.grad, self.generator)
+                magnitude = self.prune(weight, weight.grad).reshape(rows, columns)
+                gradient = self.grow(weight, weight.grad, self.generator).reshape(rows, columns)
             with self.update_phase(phases.PRUNE_GROW):
-                active = self.mask_set.active(name)
+                active = self.mask_set.active(name).reshape(rows, columns)
                 live = live_neurons(
                     active, magnitude, gradient, n_keep, n_drop, budget, float(self.params.gamma_sal), self.generator
                 )
@@ -120,14 +123,14 @@ class SRigL(MaskedMethod):
                 kept = kept.view(rows, columns)
                 kept = top_per_row(magnitude, kept, torch.full((rows,), k), self.generator)
                 grown = top_per_row(gradient, live[:, None] & ~kept, k - kept.sum(dim=1), self.generator)
-                self.mask_set.set_mask(name, kept | grown)
+                self.mask_set.set_mask(name, (kept | grown).view(weight.shape))
 
     def fan_in_by_layer(self) -> dict[str, dict[str, int]]:
         """Per prunable layer: `fan_in` (weights per live row), `live` rows and `rows` (one host
         sync per layer; for reports and tests, not the step)."""
         out = {}
         for name, mask in self.mask_set.bool_masks().items():
-            per_row = mask.sum(dim=1)
+            per_row = mask.flatten(1).sum(dim=1)
             live = per_row > 0
             out[name] = {
                 "fan_in": int(per_row[live].max()) if bool(live.any()) else 0,

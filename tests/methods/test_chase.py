@@ -102,3 +102,60 @@ def test_grows_by_global_dense_gradient_inside_live_channels() -> None:
 def test_channel_sparsity_is_capped_so_the_soft_budget_fits() -> None:
     assert micro_method("chase", ADAMW, density=0.1).channel_sparsity == 0.5
     assert micro_method("chase", ADAMW, density=0.5).channel_sparsity == pytest.approx(0.45)
+
+
+def _cnn_chase(name: str, **params: object):  # type: ignore[no-untyped-def]
+    import dstbench
+    from dstbench.models.timm_models import create_model
+
+    torch.manual_seed(0)
+    params = {"delta_t": 3, "t_end": 20, "channel_sparsity": 0.5, **params}
+    method = dstbench.create_method("chase", create_model(name, num_classes=7), density=0.1, total_steps=24,
+                                    optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0}, **params)
+    batches = [(torch.randn(4, 3, 32, 32), torch.randint(0, 7, (4,))) for _ in range(24)]
+    method.train_segment(batches, 24)
+    return method
+
+
+def test_a_resnets_inner_channels_go_with_their_batch_norm_and_the_residual_stream_stays() -> None:
+    method = _cnn_chase("resnet18")
+    groups = {g.producer: g for g in method.channels.groups}
+    # Each basic block's conv1 -> bn1 -> conv2 channel; a block's conv2 feeds the residual sum: never a producer.
+    assert set(groups) == {f"layer{s}.{b}.conv1.weight" for s in (1, 2, 3, 4) for b in (0, 1)}
+    assert method.channels.sparsity("channel") == pytest.approx(0.5, abs=0.01)
+    assert abs(method.density() - 0.1) <= 0.01
+    params, masks = dict(method.model.named_parameters()), method.masks()
+    outputs: dict[str, torch.Tensor] = {}
+    hooks = [method.model.get_submodule(g.norm[0].rsplit(".", 1)[0]).register_forward_hook(
+        lambda module, args, out, key=g.producer: outputs.__setitem__(key, out.detach())) for g in groups.values()]
+    method.model(torch.randn(2, 3, 32, 32))
+    for hook in hooks:
+        hook.remove()
+    assert sum(int((~g.keep).any()) for g in groups.values()) >= 4  # one threshold over every block's channels
+    for name, group in groups.items():
+        dead = ~group.keep
+        # Shapes agree along the group, and a dead channel is zero in every layer of it: the conv's
+        # rows (weights and mask), its batch norm, the next conv's columns, and the norm's output.
+        assert params[group.producer].shape[0] == params[group.consumer].shape[1] == len(group.keep)
+        assert not params[group.producer][dead].any() and not masks[group.producer][dead].any()
+        assert not params[group.consumer][:, dead].any() and not masks[group.consumer][:, dead].any()
+        assert all(not params[n][dead].any() for n in group.norm) and len(group.norm) == 2
+        assert not outputs[name][:, dead].any()
+        assert params[group.producer][~dead].any()
+    assert method.result_extras()["channel_sparsity"] == {"channel": method.channels.sparsity("channel")}
+
+
+def test_a_bottleneck_has_two_inner_channels_and_a_convnext_its_mlp() -> None:
+    from dstbench.dst.masked.channels import channel_pairs
+    from dstbench.models.timm_models import create_model
+
+    pairs = {(kind, prefix + producer, prefix + consumer, norm) for kind, prefix, producer, consumer, norm, _ in
+             channel_pairs(create_model("resnet50", device="meta"))}
+    assert ("channel", "layer1.0.conv1", "layer1.0.conv2", "bn1") in pairs and ("channel", "layer1.0.conv2", "layer1.0.conv3", "bn2") in pairs
+    assert not any(producer.endswith("conv3") for _, producer, _, _ in pairs)  # feeds the residual sum
+    method = _cnn_chase("convnext_atto")
+    assert {g.kind for g in method.channels.groups} == {"ffn"} and method.channels.groups[0].dims == 4
+    masks = method.masks()
+    for group in method.channels.groups:
+        dead = ~group.keep
+        assert not masks[group.producer][dead].any() and not masks[group.consumer][:, dead].any()

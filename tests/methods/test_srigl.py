@@ -227,3 +227,29 @@ def test_invalid_parameters_are_refused(params: dict, message: str) -> None:
 def test_a_budget_below_one_weight_per_row_is_refused() -> None:
     with pytest.raises(ValueError, match="fan-in of 0"):
         one_layer_method("srigl", density=0.05)  # 3 weights over 8 rows
+
+
+def test_a_convolution_holds_a_constant_fan_in_per_output_channel() -> None:
+    """On a small timm CNN every masked convolution's output channel (its filter's in x kh x kw
+    inputs) holds the same count, update after update, ablation included."""
+    from dstbench.models.timm_models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("test_resnet", num_classes=10)
+    method = dstbench.create_method("srigl", model, density=0.2, total_steps=12, optimizer=SGD, delta_t=3, t_end=11, gamma_sal=0.9)
+    convolutions = [name for name, weight in method.mask_set.weights.items() if weight.dim() == 4]
+    assert convolutions and "conv1.0.weight" not in method.mask_set.weights  # the stem stays dense
+    batches = [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))) for _ in range(12)]
+    method.train_segment(batches, 12)
+    assert method.topology_updates == 3
+    masks = method.masks()
+    for name in convolutions:
+        if method.allotment[name] == masks[name].numel():
+            continue  # ERK made it dense
+        counts = masks[name].flatten(1).sum(dim=1)
+        live = counts > 0
+        assert len(counts[live].unique()) == 1, f"{name}: fan-ins {counts[live].unique().tolist()}"
+        assert int(counts[live][0]) == method.allotment[name] // int(live.sum())
+    extras = method.result_extras()
+    assert extras["neurons"] == sum(mask.shape[0] for mask in masks.values())
+    assert abs(method.density() - 0.2) < 0.01

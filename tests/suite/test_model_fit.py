@@ -33,18 +33,16 @@ def test_methods_that_cannot_train_the_model_are_refused_naming_method_and_model
     message = refused(resnet_suite(["dense", "barter"]))
     assert "methods.1: barter cannot train 'resnet18' (ResNet)" in message and "VisionTransformer" in message
     assert "small_dense cannot train 'resnet18' (ResNet)" in refused(resnet_suite(["small_dense"]))
-    assert "srigl does not prune convolution weights yet (layer1.0.conv1.weight and 18 more of the ResNet)" in refused(resnet_suite(["srigl"]))
-    assert "chase does not prune convolution weights" in refused(resnet_suite(["chase"]))
+    parse_suite(resnet_suite(["srigl", "chase"]))  # a filter's inputs are its fan-in; a block's inner channels go whole
+    efficientnet = refused(micro_suite(model={"name": "efficientnet_b0", "num_classes": 7, "input_size": [3, 32, 32]}, methods=["chase"]))
+    assert "chase cannot train 'efficientnet_b0' (EfficientNet): chase removes the channels of timm Attention, Mlp and ResNet blocks" in efficientnet
     csr = refused(resnet_suite([{"name": "rigl", "params": {"execution": "csr"}}]))
     assert "execution csr computes linear (2-D) weights only; layer1.0.conv1.weight and 18 more of the ResNet are convolutions" in csr
     assert "fuse_norms: fuses the LayerNorm and Linear pairs of ViT blocks, which 'resnet18' (ResNet) does not have" in refused(
         resnet_suite(["dense"], fuse_norms=True))
     nothing = refused(resnet_suite([{"name": "rigl", "params": {"prunable": r"blocks\..*"}}]))
     assert "no parameter of the ResNet matches prunable 'blocks\\\\..*'" in nothing
-    # SRigL where only linears are pruned is fine: a Swin (its stem, the one convolution, stays dense),
-    # or a ResNet whose classifier alone is named.
-    parse_suite(micro_suite(model={"name": "swin_tiny_patch4_window7_224", "num_classes": 7}, methods=["srigl"], densities=[0.1]))
-    parse_suite(resnet_suite([{"name": "srigl", "params": {"prunable": r"fc\.weight"}}]))
+    parse_suite(micro_suite(model={"name": "swin_tiny_patch4_window7_224", "num_classes": 7}, methods=["chase"], densities=[0.1]))  # its Mlps
 
 
 def test_model_keys_are_checked_naming_the_key() -> None:
@@ -85,3 +83,17 @@ def test_a_methods_prunable_beats_the_models_which_beats_the_default() -> None:
     # A dense method's density counts the same weights.
     dense = catalog.create_method("dense", create_model("resnet18", num_classes=7), density=1.0, total_steps=10, optimizer=SGD)
     assert set(dense.prunable()) == default and dense.density() == pytest.approx(1.0, abs=1e-6)  # counted from nonzeros
+
+
+def test_a_method_for_linear_weights_alone_is_refused_on_convolutions() -> None:
+    from dstbench.dst.masked.masked_method import MaskedMethod
+
+    class RowsOnly(MaskedMethod):
+        name = "rows_only"
+        conv_weights = False
+
+    resnet = create_model("resnet18", device="meta", num_classes=7)
+    problem = RowsOnly.model_problem(resnet, {}, None)
+    assert problem == ("rows_only does not prune convolution weights yet (layer1.0.conv1.weight and 18 more of the ResNet); "
+                       "name linear weights alone with prunable")
+    assert RowsOnly.model_problem(resnet, {"prunable": r"fc\.weight"}, None) is None

@@ -1,7 +1,12 @@
-"""Chase's channel part on a timm ViT: score channels by UMM, remove them gradually by masking.
+"""Chase's channel part: score channels by UMM, remove them gradually by masking.
 
-A channel is an FFN hidden unit (its fc1 row produces it, its fc2 column consumes it) or an
-attention head (its q, k and v rows of `qkv` produce it, its columns of `proj` consume it). Each
+A channel is an FFN hidden unit (its fc1 row produces it, its fc2 column consumes it; fc1 and fc2
+linears, or 1x1 convolutions as in a ConvNeXt), an attention head (its q, k and v rows of `qkv`
+produce it, its columns of `proj` consume it), or a ResNet block's inner channel (an output channel
+of conv1, or of a bottleneck's conv2, with its batch norm, consumed by the next convolution's input
+channel). Channels that feed a residual sum (a block's last convolution, the stem, a ConvNeXt's
+depthwise convolution) are never removed: removing one would need every block on that residual
+stream to drop it together. Each
 kind is pruned towards its own channel sparsity on Zhu & Gupta's cubic schedule, which reaches
 `S_c` at `t_end_step` (the caller passes its last update step, so the final sparsity is reached by
 an update that actually runs), with one global threshold across blocks and a per-block floor of `floor_ratio * (1 - S_c) * C` channels.
@@ -15,14 +20,15 @@ import dataclasses
 from collections.abc import Mapping
 
 import torch
-from timm.layers import Mlp
+from timm.layers import ConvMlp, Mlp
+from timm.models.resnet import BasicBlock, Bottleneck
 from timm.models.vision_transformer import Attention
 
 from dstbench.dst.optimizer import zero_state
 from dstbench.dst.update_schedule import round_half_up
 from dstbench.dst.masked.scorers import select_top
 
-KINDS = ("ffn", "head")
+KINDS = ("ffn", "head", "channel")
 
 
 def cubic_sparsity(step: int, final: float, t_end_step: int) -> float:
@@ -48,6 +54,8 @@ class ChannelGroup:
     unit: int
     floor: int
     keep: torch.Tensor  # bool [channels]
+    dims: int = 2  # of the producer and consumer weights: 4 for convolutions
+    norm: tuple[str, ...] = ()  # the per-channel parameters of a norm between them (a batch norm's weight, bias)
 
     def umm(self, producer: torch.Tensor) -> torch.Tensor:
         """Unit mean magnitude: mean |w| of each channel's producing weights, masked ones as 0."""
@@ -90,8 +98,30 @@ def select_with_floors(
     return removals
 
 
+def _out_channels(layer: torch.nn.Module) -> int:
+    return layer.out_features if isinstance(layer, torch.nn.Linear) else layer.out_channels
+
+
+def channel_pairs(model: torch.nn.Module, kinds: tuple[str, ...] = KINDS) -> list[tuple[str, str, str, str, str | None, int]]:
+    """(kind, module prefix, producer, consumer, norm between them or None, sections) of every
+    channel group `model` has: timm `Attention` heads, `Mlp`/`ConvMlp` units, ResNet blocks' inner
+    channels (a grouped consumer, as in ResNeXt, is left out: its input channels are not one column each)."""
+    pairs = []
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(module, Attention) and "head" in kinds:
+            pairs.append(("head", prefix, "qkv", "proj", None, 3))
+        elif isinstance(module, (Mlp, ConvMlp)) and "ffn" in kinds:
+            norm = module.norm if any(True for _ in module.norm.parameters()) else None
+            pairs.append(("ffn", prefix, "fc1", "fc2", "norm" if norm is not None else None, 1))
+        elif isinstance(module, (BasicBlock, Bottleneck)) and "channel" in kinds:
+            inner = [("conv1", "bn1", "conv2")] + ([("conv2", "bn2", "conv3")] if isinstance(module, Bottleneck) else [])
+            pairs += [("channel", prefix, p, c, n, 1) for p, n, c in inner if getattr(module, c).groups == 1]
+    return pairs
+
+
 class ChannelPruner:
-    """The FFN units and heads of every block of a timm ViT, and their gradual removal."""
+    """The channel groups of a model (`channel_pairs`), and their gradual removal."""
 
     def __init__(
         self,
@@ -106,32 +136,32 @@ class ChannelPruner:
         self.final_sparsity = final_sparsity
         self.t_end_step = t_end_step
         self.groups: list[ChannelGroup] = []
-        for name, module in model.named_modules():
-            prefix = f"{name}." if name else ""
-            if isinstance(module, Attention) and "head" in kinds:
-                channels, producer, consumer, sections, unit = module.num_heads, "qkv", "proj", 3, module.head_dim
-            elif isinstance(module, Mlp) and "ffn" in kinds:
-                channels, producer, consumer, sections, unit = module.fc1.out_features, "fc1", "fc2", 1, 1
-            else:
-                continue
-            layer = getattr(module, producer)
+        modules = dict(model.named_modules())
+        for kind, prefix, producer, consumer, norm, sections in channel_pairs(model, kinds):
+            block = modules[prefix[:-1]]
+            layer = getattr(block, producer)
+            # Heads: q, k and v rows of head_dim each; any other channel is one row.
+            channels = block.num_heads if kind == "head" else _out_channels(layer)
+            norm_names = tuple(f"{prefix}{norm}.{p}" for p, _ in getattr(block, norm).named_parameters()) if norm else ()
             self.groups.append(
                 ChannelGroup(
-                    kind="head" if isinstance(module, Attention) else "ffn",
+                    kind=kind,
                     producer=f"{prefix}{producer}.weight",
                     consumer=f"{prefix}{consumer}.weight",
                     producer_bias=f"{prefix}{producer}.bias" if layer.bias is not None else None,
                     channels=channels,
                     sections=sections,
-                    unit=unit,
+                    unit=block.head_dim if kind == "head" else 1,
                     # Chase's floor: int(C * (1 - S_c) * minimum_ratio).
                     floor=int(channels * (1.0 - final_sparsity) * floor_ratio),
                     # (any of the layer's parameters: a csr layer has `values`, not `weight`)
                     keep=torch.ones(channels, dtype=torch.bool, device=next(layer.parameters()).device),
+                    dims=4 if isinstance(layer, torch.nn.Conv2d) else 2,
+                    norm=norm_names,
                 )
             )
         if not self.groups:
-            raise ValueError("the model has no timm Attention or Mlp blocks to remove channels from")
+            raise ValueError("the model has no timm Attention, Mlp or ResNet blocks to remove channels from")
 
     def weight_names(self) -> set[str]:
         return {g.producer for g in self.groups} | {g.consumer for g in self.groups}
@@ -168,21 +198,23 @@ class ChannelPruner:
         """Bool masks of the positions inside live channels, for every producer and consumer weight."""
         masks: dict[str, torch.Tensor] = {}
         for g in self.groups:
-            masks[g.producer] = g.row_keep()[:, None]
-            masks[g.consumer] = g.column_keep()[None, :]
+            spatial = (1,) * (g.dims - 2)  # a convolution's kernel dimensions
+            masks[g.producer] = g.row_keep().view(-1, 1, *spatial)
+            masks[g.consumer] = g.column_keep().view(1, -1, *spatial)
         return masks
 
     @torch.no_grad()
     def zero_dead_biases(self, params: Mapping[str, torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> None:
-        """Zero the producing bias (and its optimizer state) of every removed channel, as Chase does;
-        its gradient is exactly 0 from then on, since every consuming weight is masked."""
+        """Zero the producing bias and the norm's per-channel parameters (and their optimizer state)
+        of every removed channel, as Chase zeroes the bias; their gradient is exactly 0 from then
+        on, since every consuming weight is masked."""
         for g in self.groups:
-            if g.producer_bias is None:
-                continue
-            dead = ~g.row_keep()
-            bias = params[g.producer_bias]
-            bias.masked_fill_(dead, 0.0)
-            zero_state(optimizer, bias, dead)
+            for name, dead in ((g.producer_bias, ~g.row_keep()), *((n, ~g.keep) for n in g.norm)):
+                if name is None:
+                    continue
+                param = params[name]
+                param.masked_fill_(dead, 0.0)
+                zero_state(optimizer, param, dead)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {g.producer: g.keep.to("cpu", copy=True) for g in self.groups}

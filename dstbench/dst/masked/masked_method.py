@@ -125,8 +125,8 @@ class MaskedMethod(Method):
     soft_schedule: UpdateSchedule | None = None
     """Set by a method with a soft budget: its `fraction(t)` is the extra density held above the target."""
     conv_weights: ClassVar[bool] = True
-    """Whether the update handles convolution (4-D) weights; one that is per output row (SRigL's
-    fan-in, Chase's channels) is refused on them at suite validation until it does."""
+    """Whether the update handles convolution (4-D) weights; a method written for linear (2-D)
+    weights alone sets it False and is refused where convolutions would be pruned."""
 
     @classmethod
     def model_problem(cls, model: torch.nn.Module, params: Mapping[str, Any], model_prunable: str | None) -> str | None:
