@@ -1,6 +1,6 @@
 """Masked DST on timm models other than ViTs, run end to end: resnet18 with every masked method
-that prunes convolutions, rigl on a ConvNeXt, and on a small CNN the accuracy track and
-torch.compile; FLOPs, state and activation bytes measured on convolutions."""
+(`suites/cpu_resnet18.yaml`), rigl, srigl and chase on a ConvNeXt, and on a small CNN the accuracy
+track, torch.compile and a checkpoint; FLOPs, state and activation bytes measured on convolutions."""
 
 from __future__ import annotations
 
@@ -46,12 +46,17 @@ def test_resnet18_runs_every_masked_method_that_prunes_convolutions(tmp_path: Pa
     assert frame.loc["rigl@0.1", "method_extras"]["prunable_weights"] == 11_157_504
 
 
-def test_rigl_runs_on_a_convnext(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_rigl_srigl_and_chase_run_on_a_convnext(tmp_path: Path) -> None:
+    methods = [{"name": name, "params": {"delta_t": 2}} for name in ("rigl", "srigl")] + [
+        {"name": "chase", "params": {"delta_t": 2, "death_rate": 0.0}}]
     suite = micro_suite(model={"name": "convnext_atto", "num_classes": 7, "input_size": [3, 32, 32]},
-                        methods=[{"name": "rigl", "params": {"delta_t": 2}}], densities=[0.1], reference="rigl",
+                        methods=methods, densities=[0.1], reference="rigl",
                         timing={"warmup_steps": 2, "segment_steps": 2, "segments": 2, "total_steps": 20})
-    [line] = load_frame([run(tmp_path, suite)]).to_dict("records")
-    assert line["status"] == "ok" and abs(line["density_achieved"] - 0.1) <= 0.01 and line["topology_updates"] > 0
+    lines = load_frame([run(tmp_path, suite)]).to_dict("records")
+    assert [line["case_id"] for line in lines] == ["rigl@0.1", "srigl@0.1", "chase@0.1"]
+    for line in lines:
+        assert line["status"] == "ok" and abs(line["density_achieved"] - 0.1) <= 0.01 and line["topology_updates"] > 0, line["case_id"]
 
 
 def test_a_small_cnn_trains_in_accuracy_mode(tmp_path: Path) -> None:
