@@ -34,7 +34,8 @@ def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | 
 
 
 def headline_text(derived: pd.DataFrame) -> str:
-    """The best speedup and memory reduction, the cases and expectations tallied, and warnings."""
+    """The fastest case against the reference (or that none is faster), the best memory reduction,
+    the cases and expectations tallied, and warnings."""
     from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 
     h = headline(derived)
@@ -44,8 +45,9 @@ def headline_text(derived: pd.DataFrame) -> str:
         dense = s.get("vs_dense")
         basis = ", ".join(x for x in (s.get("basis"), s.get("covers")) if x)
         basis = f", {basis}" if basis else ""
+        lead = f"fastest vs {h['reference']}: " if s["faster"] else f"no method faster than {h['reference']}; closest "
         lines.append(
-            f"best speedup vs {h['reference']}: {s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
+            f"{lead}{s['value']:.2f}x ({s['method']} at density {s['density']:g}, "
             f"{s['ci']}{basis}{', contended' if s.get('contended') else ''})"
             + (f"; vs dense {dense['value']:.2f}x ({dense['ci']})" if dense else "")
         )

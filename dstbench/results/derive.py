@@ -374,6 +374,8 @@ def headline(derived: pd.DataFrame) -> dict[str, Any]:
             "ci": ci_text(best["speedup_ci_low"], best["speedup_ci_high"]),
             "basis": best.get("speedup_basis") or "", "contended": bool(best.get("contended")),
             "covers": best.get("speedup_covers") or "",
+            # A headline names the fastest case only when it is faster than the reference at all.
+            "faster": bool(float(best["speedup"]) > 1.0),
         }
     memory = others[others["memory_reduction"].notna()]
     if not memory.empty:

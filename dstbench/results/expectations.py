@@ -321,6 +321,10 @@ def evaluate(
             if exp.metric == "density_achieved":
                 outcomes.append(_density_outcome(exp, case, row))
                 continue
+            if exp.metric == "topology_share" and not row.get("topology_updates"):
+                # A share of 0 would be no update timed, not a cheap one: nothing to gate.
+                outcomes.append(_skipped(exp, case, "not measured: no topology update fell inside a timed segment"))
+                continue
             value, why = _value(exp, vs, row, derived, frame)
             if value is None or math.isnan(value):
                 reason = _partner_skipped(exp, vs, float(row["density"]), coverage)

@@ -275,3 +275,14 @@ def test_dstbench_check_skips_unselected_cases_and_flags_an_incomplete_run(
     output = "".join(capsys.readouterr())
     assert "incomplete run: 3 of 4 cases (1 not run: barter@0.1)" in output
     assert "FAIL  density_achieved barter@0.1: not run" in output
+
+
+def test_topology_share_is_skipped_where_no_update_was_timed() -> None:
+    lines = _lines()
+    lines[2].update(topology_updates=2, topology_ms=8.0)
+    [measured] = _check([{"metric": "topology_share", "method": "barter", "max": 0.05}], lines)
+    assert measured.passed and not measured.skipped and measured.value > 0
+    lines[2].update(topology_updates=0, topology_ms=0.0)  # no update fell in a timed segment: a share of 0 says nothing
+    [unmeasured] = _check([{"metric": "topology_share", "method": "barter", "max": 0.05}], lines)
+    assert unmeasured.skipped and unmeasured.value is None
+    assert _lines_of([unmeasured]) == ["SKIPPED  topology_share barter@0.1: not measured: no topology update fell inside a timed segment"]

@@ -88,7 +88,7 @@ def test_headline_carries_speedup_vs_dense_and_harness_options(derived: pd.DataF
     assert h["memory"]["method"] == "barter"
     assert h["harness"] == ["fuse_norms on", "precision fp32"]
     text = headline_text(derived)
-    assert "best speedup vs rigl: 2.50x (barter at density 0.1" in text and "; vs dense 5.00x (95% CI [" in text
+    assert "fastest vs rigl: 2.50x (barter at density 0.1" in text and "; vs dense 5.00x (95% CI [" in text
     assert "state + activation bytes; fuse_norms on, precision fp32 for every method)" in text
     # Against dense itself, nothing is repeated.
     assert headline(derive(load_frame([run_dir]), "dense"))["speedup"]["vs_dense"] is None
@@ -113,7 +113,7 @@ def test_tables_show_the_new_columns(derived: pd.DataFrame) -> None:
 def test_markdown_and_html_headlines(derived: pd.DataFrame, run_dir: Path) -> None:
     page = build_page(derived, [run_dir], images=False)
     markdown = render_markdown(page)
-    assert "**Best speedup vs rigl: 2.50×** (barter at density 0.1, 95% CI [" in markdown
+    assert "**Fastest vs rigl: 2.50×** (barter at density 0.1, 95% CI [" in markdown
     assert "; **vs dense: 5.00×** (95% CI [" in markdown
     assert "state + activation bytes; fuse_norms on, precision fp32 for every method)" in markdown
     html = render_html(page)

@@ -67,7 +67,7 @@ def test_report_has_headline_tables_plots_suite_and_environment(page: Collector)
                     "environment", "gpu", "suite"):
         assert section in ids, section
     text = " ".join(" ".join(page.text).split())
-    assert "Best speedup vs rigl 2.50×" in text
+    assert "Fastest vs rigl 2.50×" in text
     assert f"barter {HOSTILE} at density 0.1; 95% CI [" in text
     assert "Best memory reduction vs rigl 84.6%" in text
     assert "5 / 7 ok" in text and "2 failed" in text
@@ -79,7 +79,7 @@ def test_markdown_report(synthetic_run: Path) -> None:
     page = build_page(derived, [synthetic_run], images=False)
     page.runs[0].suite_text = "name: x\ndescription: '```'\n"
     markdown = render_markdown(page)
-    assert "**Best speedup vs rigl: 2.50×** (barter at density 0.1, 95% CI [" in markdown
+    assert "**Fastest vs rigl: 2.50×** (barter at density 0.1, 95% CI [" in markdown
     assert "\n## Speed\n\n" in markdown and "| method" in markdown and "| set" in markdown
     assert "\n## Failed cases\n" in markdown and "torch.OutOfMemoryError" in markdown
     # The suite's own backticks cannot close its code block.

@@ -58,16 +58,21 @@ def test_optional_tables_are_absent_without_their_data(tmp_path: Path, derived: 
     assert failed_table(ok_only) is None
 
 
-def test_accuracy_table_in_percent_with_the_drop_against_the_reference(tmp_path: Path) -> None:
+def test_accuracy_table_in_percent_with_the_drop_against_dense_as_the_gate_takes_it(tmp_path: Path) -> None:
     lines = synthetic_lines()
     for line in lines:
-        line.top1 = {"rigl": 0.80, "barter": 0.77}.get(line.method)
+        line.top1 = {"dense": 0.82, "rigl": 0.80, "barter": 0.77}.get(line.method)
     derived = derive(load_frame([write_run(tmp_path, "acc", lines)]), "rigl")
     table = accuracy_table(derived)
     barter = _cells(table, "barter", "0.1")
-    assert barter["top-1 [95% CI]"] == "77.0%" and barter["top-1 drop vs rigl [95% CI]"] == "+3.00 pp"
+    # Against dense, whatever the report's reference (rigl): what the top1_drop expectation compares with.
+    assert barter["top-1 [95% CI]"] == "77.0%" and barter["top-1 drop vs dense [95% CI]"] == "+5.00 pp"
     assert barter["seeds"] == "1 seed"
-    assert _cells(table, "rigl", "0.1")["top-1 drop vs rigl [95% CI]"] == "—"  # the reference itself
+    assert _cells(table, "rigl", "0.1")["top-1 drop vs dense [95% CI]"] == "+2.00 pp"
+    assert "test split" in table.note and "Validation" not in table.note
+    # Without dense in the run: against the reference.
+    no_dense = derive(load_frame([write_run(tmp_path, "acc2", [x for x in lines if x.method != "dense"])]), "rigl")
+    assert _cells(accuracy_table(no_dense), "barter", "0.1")["top-1 drop vs rigl [95% CI]"] == "+3.00 pp"
 
 
 def test_accuracy_table_pools_seeds_with_intervals_and_pairs_the_drop_by_seed(tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def select_with_floors(
 
 
 def _out_channels(layer: torch.nn.Module) -> int:
-    return layer.out_features if isinstance(layer, torch.nn.Linear) else layer.out_channels
+    # A linear, or what an execution swapped in for it (csr's `CsrLinear`), has `out_features`.
+    return layer.out_channels if isinstance(layer, torch.nn.Conv2d) else layer.out_features
 
 
 def channel_pairs(model: torch.nn.Module, kinds: tuple[str, ...] = KINDS) -> list[tuple[str, str, str, str, str | None, int]]:
