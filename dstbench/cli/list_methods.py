@@ -1,4 +1,5 @@
-"""`dstbench list [METHOD]`: the registered methods, or one method's documentation and parameters."""
+"""`dstbench list [--suite SUITE] [METHOD]`: the registered methods (with a suite's plugins), or one
+method's documentation and parameters."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
 def add_parser(commands: Commands) -> None:
     p = add_command(commands, "list", "list registered methods with their kind, description and parameters")
     p.add_argument("method", nargs="?", metavar="METHOD", help="show one method's documentation and what each parameter does")
+    p.add_argument("--suite", metavar="SUITE", help="import the suite's `plugins:` first (validating it), so their methods are listed too")
     p.set_defaults(func=main)
 
 
@@ -30,11 +32,20 @@ def main(args: argparse.Namespace) -> int:
 
     from dstbench.methods import list_methods, method_info, method_params
 
+    if args.suite:
+        from dstbench.suite.loading import SuiteError, load_suite
+
+        try:
+            load_suite(args.suite, check_files=False, recorded=False)  # imports its plugins
+        except (SuiteError, OSError) as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_USAGE
     if args.method:
         try:
             info = method_info(args.method)
         except KeyError as exc:
-            print(exc.args[0], file=sys.stderr)
+            hint = "" if args.suite else "; a method from a suite's `plugins:` is listed with --suite SUITE"
+            print(f"{exc.args[0]}{hint}", file=sys.stderr)
             return EXIT_USAGE
         print(f"{info.name} ({info.kind}, {info.module}.{info.cls.__qualname__})\n")
         print(inspect.cleandoc(info.cls.__doc__ or info.description) + "\n")

@@ -3,12 +3,15 @@
 The model is built on the meta device (shapes, no memory). Each method says what it cannot train
 (`Method.model_problem`: BARTER and small_dense need ViT blocks; a masked method needs weights to
 mask, and convolutions only where its update and execution handle them), a masked method's
-`execution` must run on the suite's device, precision and launcher, and `fuse_norms` needs ViT
-blocks. `pruned_weights` lists what a masked method would prune, for `run --dry-run`.
+`execution` must run on the suite's device, precision and launcher, `fuse_norms` needs ViT
+blocks, and a plugin's method must build with the suite's parameters (on the meta device).
+`pruned_weights` lists what a masked method would prune, for `run --dry-run`.
 """
 
 from __future__ import annotations
 
+import inspect
+import traceback
 from typing import Any
 
 import dstbench.methods as catalog
@@ -34,9 +37,13 @@ def methods_problem(suite: Any) -> str | None:
     for index, spec in enumerate(suite.methods):
         if spec.name not in known:
             continue  # refused on its own (`methods`)
-        problem = catalog.method_info(spec.name).cls.model_problem(model, dict(spec.params), suite.model.prunable)
+        cls = catalog.method_info(spec.name).cls
+        problem = cls.model_problem(model, dict(spec.params), suite.model.prunable)
         if problem:
             return f"methods.{index}: {spec.key} cannot train {name}: {problem}"
+        problem = _construction_problem(cls, suite, spec) if not cls.__module__.startswith("dstbench.") else None
+        if problem:
+            return f"methods.{index}: {spec.key}: {problem}"
         if "execution" in spec.params:
             problem = execution_problem(
                 spec.params, device=suite.device, densities=suite.method_densities(spec), precision=suite.precision,
@@ -45,6 +52,27 @@ def methods_problem(suite: Any) -> str | None:
             )
             if problem:
                 return f"methods.{index}.params.execution: {problem}"
+    return None
+
+
+def _construction_problem(cls: Any, suite: Any, spec: Any) -> str | None:
+    """Why a plugin's method cannot even be built with the suite's parameters (its `Params` lacking a
+    field its base reads, a typo in its `__init__`), found by building it on a meta-device model, or
+    None. Naming the plugin's own file and line, so a broken plugin fails at `--dry-run`, not in
+    its first case. A method that needs real data to be built (a meta tensor has none) is checked
+    when it runs."""
+    density = 1.0 if suite.method_kind(spec) == "dense" else min(suite.method_densities(spec))
+    try:
+        cls(_model(suite), density=density, total_steps=suite.timing.schedule_steps, optimizer=suite.optimizer.model_dump(),
+            fuse_norms=suite.fuse_norms, seed=suite.seed, model_prunable=suite.model.prunable, **spec.params)
+    except Exception as exc:  # a plugin's bug may raise anything
+        if "meta" in str(exc):
+            return None  # needs tensor data to be built: not checkable here
+        frames = traceback.extract_tb(exc.__traceback__)
+        own = inspect.getsourcefile(cls)
+        where = next((f for f in reversed(frames) if f.filename == own), frames[-1])
+        return (f"{cls.__module__}.{cls.__qualname__} ({own}) cannot be built with these parameters: "
+                f"{type(exc).__name__}: {exc} (raised at {where.filename}, line {where.lineno})")
     return None
 
 

@@ -16,8 +16,14 @@ from tests.conftest import micro_suite
 
 
 @pytest.fixture(autouse=True)
-def _forget_new_modules() -> Iterator[None]:
-    """The modules a test imports from its tmp folders are dropped afterwards (names are reused)."""
+def _forget_new_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The modules a test imports from its tmp folders are dropped afterwards (names are reused), and
+    so are the methods they register."""
+    import dstbench.methods as catalog
+    from dstbench.dst import registry
+
+    catalog.list_methods()  # the built-in methods registered before the copy
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
@@ -147,3 +153,55 @@ def test_recorded_kinds_come_from_run_json_else_the_result_lines(tmp_path: Path)
     lines = [{"method": "b", "kind": "compact"}, {"method": "c", "kind": "masked"}, ["not", "a", "line"]]
     assert recorded_kinds(write_run_folder(tmp_path / "lines", micro_suite(), None, lines)) == {"b": "compact", "c": "masked"}
     assert recorded_kinds(tmp_path / "nothing") == {}
+
+
+BROKEN_PLUGIN = '''"""A method whose Params lack the schedule's fields its base reads."""
+import dataclasses
+
+from dstbench.dst.masked.masked_method import MaskLayoutParams, MaskedMethod
+from dstbench.dst.registry import register_method
+
+
+@register_method("lookup_const", kind="masked")
+class Const(MaskedMethod):
+    """Masks that never change."""
+
+    @dataclasses.dataclass
+    class Params(MaskLayoutParams):
+        pass
+'''
+
+GOOD_PLUGIN = '''from dstbench.dst.masked.masked_method import MaskedMethod
+from dstbench.dst.registry import register_method
+
+
+@register_method("lookup_listed", kind="masked")
+class Listed(MaskedMethod):
+    """A plugin method that a suite names."""
+'''
+
+
+def test_a_broken_plugin_fails_at_dry_run_naming_its_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dstbench.cli import main
+
+    folder = tmp_path / "suites"
+    suite = write_suite(folder, plugins=["lookup_broken"], methods=["dense", "lookup_const"])
+    (folder / "lookup_broken.py").write_text(BROKEN_PLUGIN)
+    assert main(["run", str(suite), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "methods.1: lookup_const: lookup_broken.Const" in err and str(folder / "lookup_broken.py") in err
+    assert "AttributeError" in err and "delta_t" in err
+
+
+def test_list_sees_a_suites_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dstbench.cli import main
+
+    folder = tmp_path / "suites"
+    suite = write_suite(folder, plugins=["lookup_good"], methods=["lookup_listed"])
+    (folder / "lookup_good.py").write_text(GOOD_PLUGIN)
+    assert main(["list", "lookup_listed"]) == 2
+    assert "--suite SUITE" in capsys.readouterr().err
+    assert main(["list", "--suite", str(suite), "lookup_listed"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("lookup_listed (masked, lookup_good.Listed)") and "A plugin method that a suite names." in out
+    assert main(["list", "--suite", str(suite)]) == 0 and "lookup_listed (masked)" in capsys.readouterr().out
