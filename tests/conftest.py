@@ -83,3 +83,27 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def both_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A digits run in `mode: both` (the steps-to-target tests' suite): dense, RigL and BARTER at 0.5
+    over seeds 0 and 1, three epochs of 44 steps, updates every 10 steps in both tracks (the timed
+    segments hold some), two process sets of three rounds; target top-1 0.3. Shared by the
+    time-to-target and report tests: made once per session (about 10 s)."""
+    import yaml
+
+    import dstbench
+    from tests.test_accuracy import digits_suite
+
+    tmp = tmp_path_factory.mktemp("both")
+    suite = digits_suite(
+        methods=["dense", {"name": "rigl", "params": {"delta_t": 10}}, {"name": "barter", "params": {"delta_t": 10}}],
+        batch_size=32, mode="both", timing={"warmup_steps": 2, "segment_steps": 5, "segments": 6, "total_steps": 132, "processes": 2},
+        accuracy={"epochs": 3, "eval_every": 1, "checkpoint_every": 0, "target_top1": 0.3},
+        expect=[{"metric": "time_to_target_speedup", "method": "barter", "vs": "rigl", "min": 0.01},
+                {"metric": "time_to_target", "method": "barter", "max": 1000.0, "bound": "ci_high"}],
+    )
+    suite["seeds"] = [0, 1]
+    (tmp / "s.yaml").write_text(yaml.safe_dump(suite))
+    return dstbench.run_suite(tmp / "s.yaml", out=tmp / "runs", progress=False).path

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dstbench.report.time_to_accuracy import target_headline
 from dstbench.results.derive import data_loading, headline, run_warnings
 from dstbench.results.run_folder import run_reference
 from dstbench.util.files import SUITE_FILE
@@ -33,6 +34,14 @@ def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | 
     return fallback, ""
 
 
+def target_line(to_target: dict) -> str:
+    """The headline's time-to-target line: the fastest case to the target, or that none reached it."""
+    if not to_target["reached"]:
+        return f"no case reached the target ({to_target['target']})"
+    return (f"fastest to target: {to_target['method']} at density {to_target['density']:g}, {to_target['ci']} s estimated "
+            f"from measured step times over {to_target['seeds']} seed{'s' if to_target['seeds'] != 1 else ''} ({to_target['target']})")
+
+
 def headline_text(derived: pd.DataFrame) -> str:
     """The fastest case against the reference (or that none is faster), the best memory reduction,
     the cases and expectations tallied, and warnings."""
@@ -51,6 +60,9 @@ def headline_text(derived: pd.DataFrame) -> str:
             f"{s['ci']}{basis}{', contended' if s.get('contended') else ''})"
             + (f"; vs dense {dense['value']:.2f}x ({dense['ci']})" if dense else "")
         )
+    to_target = target_headline(derived)
+    if to_target is not None:
+        lines.append(target_line(to_target))
     if h["memory"]:
         m = h["memory"]
         harness = "; " + ", ".join(h["harness"]) + " for every method" if h.get("harness") else ""

@@ -18,6 +18,7 @@ import jinja2
 import markupsafe
 import pandas as pd
 
+from dstbench.report.time_to_accuracy import target_headline
 from dstbench.results.derive import data_loading, headline, run_warnings
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
@@ -128,7 +129,7 @@ def build_page(
     return Page(
         title="dstbench report: " + (", ".join(suites) or ", ".join(r.label for r in runs)),
         runs=runs,
-        headline=headline(derived),
+        headline={**headline(derived), "to_target": target_headline(derived)},
         sections=render_sections(derived, images=images),
         devices=devices(derived),
         version=dstbench_version(),

@@ -345,7 +345,7 @@ def compact_topology_plot(derived: pd.DataFrame) -> Plot | None:
     return Plot(figure, "Compact topology over the run. " + "; ".join(alts) + ".", "Heads and FFN hidden units per block over the run")
 
 
-@register_plot("accuracy_plot", "Accuracy vs density", order=160, caption="Top-1 validation accuracy at the end of training.")
+@register_plot("accuracy_plot", "Accuracy vs density", order=160, caption="Top-1 on the test split at the end of training.")
 def accuracy_plot(derived: pd.DataFrame) -> Plot | None:
     if "top1" not in derived:
         return None
@@ -361,7 +361,7 @@ def accuracy_plot(derived: pd.DataFrame) -> Plot | None:
     legend_outside(ax, handles + extra_handles, labels + extra_labels)
     ax.set(xlabel="density", ylabel="top-1 accuracy (%)")
     alt = _listing(frame, lambda r: f"{r['top1_pct']:.1f}%", groups)
-    return Plot(figure, f"Top-1 validation accuracy at the end of training by density: {alt}.", "Top-1 accuracy vs density")
+    return Plot(figure, f"Top-1 on the test split at the end of training by density: {alt}.", "Top-1 accuracy vs density")
 
 
 def _curves(derived: pd.DataFrame) -> pd.DataFrame:
@@ -379,7 +379,7 @@ def _curves(derived: pd.DataFrame) -> pd.DataFrame:
 
 @register_plot(
     "curve_plot", "Accuracy during training", order=165,
-    caption="Top-1 validation accuracy and mean training loss at each evaluation; colour is the method, "
+    caption="Top-1 on the test split and mean training loss at each evaluation; colour is the method, "
     "line style and marker the density.",
 )
 def curve_plot(derived: pd.DataFrame) -> Plot | None:

@@ -269,16 +269,6 @@ def _pooled_text(r: pd.Series, column: str, **style: Any) -> str:
     return format_mean_ci(*(float(v) if present(v) else math.nan for v in values), **style)
 
 
-def _seconds_text(r: pd.Series) -> str:
-    """A case's time to target, `0.73 [0.58, 0.91]`; why there is none where it reached the target."""
-    value = r.get("time_to_target_s")
-    if not present(value):
-        return "not timed" if r.get("time_to_target_basis") and r.get("target_reached") == 1 else "—"
-    digits = 2 if float(value) < 10 else 1 if float(value) < 100 else 0
-    low, high = (float(r[c]) if present(r.get(c)) else math.nan for c in ("time_to_target_ci_low", "time_to_target_ci_high"))
-    return format_mean_ci(float(value), low, high, scale=1, digits=digits)
-
-
 @register_table("accuracy", "Accuracy", order=30)
 def accuracy_table(derived: pd.DataFrame) -> Table | None:
     """One row per case, its seeds pooled (`dstbench.results.pooling.pool_seeds`): top-1 as the
@@ -291,25 +281,19 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     rows = ordered(pool_seeds(derived, baseline=drop_vs))
     headers, cells = _identity(rows)
     timed = "target_seeds" in rows and bool((rows["target_seeds"] > 0).any())  # curves to time to a target
-    # Seconds to target where a step was timed too (mode: both), the accuracy run's own clock beside them.
-    seconds = timed and bool(rows.get("time_to_target_s", pd.Series(dtype=float)).map(present).any())
     body = [
         cells(r) + [_pooled_text(r, "top1", unit="%"), _seeds_text(r), percent(r.get("top5")),
                     _pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp")]
         + ([target_text(r)] if timed else [])
-        + ([_seconds_text(r), _pooled_text(r, "time_to_target_speedup", scale=1, digits=2, unit="x"),
-            _num(r.get("train_time_to_target_s"), ".3g")] if seconds else [])
         + [_num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
         for _, r in rows.iterrows()
     ]
     targets = sorted({str(b) for b in rows.get("target_basis", pd.Series(dtype=object)).dropna()}) if timed else []
     return Table(
         headers + ["top-1 [95% CI]", "seeds", "top-5", f"top-1 drop vs {drop_vs} [95% CI]"]
-        + (["steps to target"] if timed else [])
-        + (["time to target s [95% CI]", f"speedup to target vs {ref} [95% CI]", "accuracy-run s to target"] if seconds else [])
-        + ["epochs", "train s"],
+        + (["steps to target"] if timed else []) + ["epochs", "train s"],
         body,
-        align=["left"] * len(headers) + ["right"] * (6 + timed + 3 * seconds),
+        align=["left"] * len(headers) + ["right"] * (6 + timed),
         note=(
             "Top-1 on the dataset's test split (an image folder's val/) at the end of training. Over several seeds: the mean with a 95% Student-t "
             "interval (n - 1 degrees of freedom), top-5 and train seconds as means; the drop is the "
@@ -318,10 +302,7 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
             + (" Steps to target: the first training step at which test top-1 reached the target, interpolated "
                "between evaluations (precise to the evaluation period shown), the mean over seeds when every seed "
                f"reached it; target: {'; '.join(targets)}." if timed else "")
-            + (" Time to target: steps to target x the measured time of a step without updates + the updates made "
-               "before it x the measured mean cost of one update, from the case's interleaved speed segments; its "
-               "interval holds the seeds' spread and the timing's (delta method); the speedup pairs seeds. The "
-               "accuracy run's own clock at the target is a check, not interleaved." if seconds else "")
+            + (" Seconds to the target: the Time to accuracy table." if timed else "")
         ),
         row_classes=_classes(rows),
     )

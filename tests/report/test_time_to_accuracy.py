@@ -1,0 +1,78 @@
+"""The report's "Time to accuracy" sections (dstbench.report.time_to_accuracy): the Pareto set and
+the performance profiles on hand-made numbers, and the sections and headline line of a digits run
+in `mode: both`, alone and beside a second workload."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dstbench.cli import main
+from dstbench.report.time_to_accuracy import (
+    estimated_curves, pareto_front, profile_table, target_headline, time_to_accuracy_table, workload_times,
+)
+from dstbench.results.derive import derive, load_frame
+
+
+def test_the_pareto_set_is_every_case_nothing_beats_on_both_counts() -> None:
+    points = pd.DataFrame({"drop": [0.0, 1.0, 2.0, 1.5, 3.0, 1.0], "speedup": [1.0, 2.0, 3.0, 1.5, 2.5, 2.0]},
+                          index=list("abcdef"))
+    front = pareto_front(points, "drop", "speedup")
+    # d is beaten by b (less drop, faster), e by c; b and f tie, so neither dominates the other.
+    assert front[front].index.tolist() == ["a", "b", "c", "f"]
+
+
+def test_a_profile_reads_the_share_of_workloads_within_tau_of_the_best() -> None:
+    times = pd.DataFrame({"fast": [1.0, 2.0, 3.0, 4.0], "twice": [2.0, 4.0, 6.0, 8.0], "mixed": [1.0, 8.0, math.nan, 4.0]},
+                         index=["w1", "w2", "w3", "w4"])
+    profiles = profile_table(times, taus=np.array([1.0, 1.5, 2.0, 4.0])).set_index(["method", "tau"])["fraction"]
+    assert profiles["fast"].tolist() == [1.0, 1.0, 1.0, 1.0]  # the best everywhere: 1.0 from tau = 1
+    assert profiles["twice"].tolist() == [0.0, 0.0, 1.0, 1.0]
+    # Best on w1 and w4 (ties count), 4x the best on w2, a miss on w3 (never within any tau).
+    assert profiles["mixed"].tolist() == [0.5, 0.5, 0.5, 0.75]
+
+
+def test_a_digits_run_renders_the_section_and_the_headline_names_the_fastest(both_run: Path, tmp_path: Path) -> None:
+    derived = derive(load_frame([both_run]), "dense")
+    table = time_to_accuracy_table(derived)
+    assert table is not None and table.headers[:2] == ["case", "top-1 [95% CI]"]
+    assert "time to target s" in table.headers and table.headers[-2:] == ["reached", "accuracy-run s"]
+    rows = {r[0]: dict(zip(table.headers, r)) for r in table.rows}
+    assert rows["barter@0.5"]["reached"] == "2 of 2" and "(2 seeds)" in rows["barter@0.5"]["top-1 [95% CI]"]
+    curves = estimated_curves(derived)
+    assert set(curves["case"]) == {"dense@1", "rigl@0.5", "barter@0.5"} and (curves["seconds"] > 0).all()
+    head = target_headline(derived)
+    assert head["reached"] and head["seconds"] == min(
+        v for v in __import__("dstbench").load_run(both_run).frame()["time_to_target_s"] if math.isfinite(v))
+    html, markdown = tmp_path / "r.html", tmp_path / "r.md"
+    assert main(["report", str(both_run), "--html", str(html), "--markdown", str(markdown)]) == 0
+    page = html.read_text(encoding="utf-8")
+    for title in ("Time to accuracy", "Time to accuracy: top-1 against estimated seconds", "Time to accuracy: speedup against accuracy given up"):
+        assert f">{title}<" in page, title
+    assert "performance profiles" not in page  # one workload
+    assert "Fastest to target" in markdown.read_text(encoding="utf-8")
+
+
+def test_two_workloads_add_the_performance_profiles(both_run: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other-run"
+    shutil.copytree(both_run, other)
+    times = workload_times(derive(load_frame([both_run, other]), "dense"))
+    assert times is not None and len(times) == 2 and set(times.columns) == {"dense@1", "rigl@0.5", "barter@0.5"}
+    html = tmp_path / "r.html"
+    assert main(["report", str(both_run), str(other), "--html", str(html)]) == 0
+    assert ">Time to accuracy: performance profiles<" in html.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("reached", [False])
+def test_the_headline_says_when_no_case_reached_the_target(both_run: Path, tmp_path: Path, reached: bool) -> None:
+    run = tmp_path / "unreached"
+    shutil.copytree(both_run, run)
+    suite = (run / "suite.yaml").read_text()
+    (run / "suite.yaml").write_text(suite.replace("target_top1: 0.3", "target_top1: 0.999"))
+    head = target_headline(derive(load_frame([run]), "dense"))
+    assert head == {"reached": reached, "target": "top-1 0.999 (the suite's accuracy.target_top1)"}
