@@ -263,7 +263,7 @@ def _seeds_text(r: pd.Series) -> str:
     return f"{n} seed{'s' if n != 1 else ''}" + (f" ({len(failed)} failed)" if failed else "")
 
 
-def _pooled_text(r: pd.Series, column: str, **style: Any) -> str:
+def pooled_text(r: pd.Series, column: str, **style: Any) -> str:
     """A figure pooled over seeds, `column` and its `_ci_low`/`_ci_high`, as `format_mean_ci` writes it."""
     values = [r.get(column), r.get(f"{column}_ci_low"), r.get(f"{column}_ci_high")]
     return format_mean_ci(*(float(v) if present(v) else math.nan for v in values), **style)
@@ -282,8 +282,8 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     headers, cells = _identity(rows)
     timed = "target_seeds" in rows and bool((rows["target_seeds"] > 0).any())  # curves to time to a target
     body = [
-        cells(r) + [_pooled_text(r, "top1", unit="%"), _seeds_text(r), percent(r.get("top5")),
-                    _pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp")]
+        cells(r) + [pooled_text(r, "top1", unit="%"), _seeds_text(r), percent(r.get("top5")),
+                    pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp")]
         + ([target_text(r)] if timed else [])
         + [_num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
         for _, r in rows.iterrows()

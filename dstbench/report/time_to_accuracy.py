@@ -21,7 +21,7 @@ import seaborn as sns
 from dstbench.report.figures import Plot, legend_outside, new_figure, palette
 from dstbench.report.sections import Table, register_plot, register_table
 from dstbench.report.seeds import format_mean_ci
-from dstbench.report.tables import ordered, run_label
+from dstbench.report.tables import ordered, pooled_text, run_label
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import frame_points
 from dstbench.results.time_to_target import target_text
@@ -41,17 +41,12 @@ def _drop_baseline(derived: pd.DataFrame) -> str:
 
 def pooled_cases(derived: pd.DataFrame) -> pd.DataFrame | None:
     """One row per case over its seeds, with its time to target, when the run has accuracy curves."""
-    if "curve" not in derived or "target_seeds" not in derived and "steps_to_target" not in derived:
+    if "curve" not in derived or "steps_to_target" not in derived:
         return None
     pooled = pool_seeds(derived, baseline=_drop_baseline(derived))
     if "target_seeds" not in pooled or not (pooled["target_seeds"].fillna(0) > 0).any():
         return None
     return ordered(pooled)
-
-
-def _ci(r: Any, column: str, **style: Any) -> str:
-    values = [r.get(column), r.get(f"{column}_ci_low"), r.get(f"{column}_ci_high")]
-    return format_mean_ci(*(float(v) if present(v) else math.nan for v in values), **style)
 
 
 def _seconds(r: Any) -> str:
@@ -80,10 +75,10 @@ def time_to_accuracy_table(derived: pd.DataFrame) -> Table | None:
     body = [
         ([run_label(r["run"])] if several else [])
         + [f"{r['method']}@{float(r['density']):g}" + (f" [{p}]" if (p := frame_points(rows.loc[[i]]).iloc[0]) else ""),
-           _ci(r, "top1", unit="%") + f" ({int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''})",
-           _ci(r, "top1_drop", digits=2, signed=True, unit=" pp"), target_text(r), _seconds(r),
-           _ci(r, "time_to_target_speedup", scale=1, digits=2, unit="x"),
-           _ci(r, "time_to_target_speedup_vs_dense", scale=1, digits=2, unit="x"), _reached(r),
+           pooled_text(r, "top1", unit="%") + f" ({int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''})",
+           pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp"), target_text(r), _seconds(r),
+           pooled_text(r, "time_to_target_speedup", scale=1, digits=2, unit="x"),
+           pooled_text(r, "time_to_target_speedup_vs_dense", scale=1, digits=2, unit="x"), _reached(r),
            f"{float(r['train_time_to_target_s']):.3g}" if present(r.get("train_time_to_target_s")) else "—"]
         for i, r in rows.iterrows()
     ]
@@ -173,7 +168,7 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.Series:
     "time_to_accuracy_pareto", "Time to accuracy: speedup against accuracy given up", order=167,
     caption="Each case's speedup to the target against dense (y; estimated seconds, seeds paired) against its top-1 "
     "drop vs dense (x, percentage points, mean over seeds); Pareto-efficient cases (none faster with less drop) are "
-    "ringed and named; cases that never reached the target sit below the axis, marked 'not reached'.",
+    "ringed and named; cases that never reached the target are crosses below the others, named in the corner.",
 )
 def time_to_accuracy_pareto(derived: pd.DataFrame) -> Plot | None:
     rows = pooled_cases(derived)

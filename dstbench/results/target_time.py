@@ -38,7 +38,7 @@ import pandas as pd
 from scipy import stats
 
 from dstbench.results.intervals import (
-    LEVEL, BetweenProcesses, UnitSamples, interval, pool_between, starved_flags, summarize,
+    LEVEL, BetweenProcesses, UnitSamples, interval, judged_units, pool_between, starved_flags, summarize,
 )
 from dstbench.results.replicates import frame_points
 
@@ -128,8 +128,7 @@ def step_units(line: Any, tag: Any = 0) -> UnitSamples | None:
             out.setdefault((f"{tag}/{g}", int(p or 0)), []).append(math.log((x - float(t or 0)) / steps))
         return UnitSamples(out, left_out, len(ms))
 
-    kept = units(True)
-    return units(False) if kept.starved and summarize(kept) is None else kept
+    return judged_units(units)
 
 
 def absolute_between(lines: pd.DataFrame) -> BetweenProcesses:
