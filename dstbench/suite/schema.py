@@ -266,11 +266,20 @@ class SuiteConfig(Strict):
         dataset = CATALOG[data.name]
         kwargs = self.model.kwargs
         classes = dataset_classes(data.name, data.root, read_folder=_check_files(info))
+        if data.teacher is not None:
+            classes = data.teacher.classes
+            from dstbench.models.timm_models import create_model, input_shape
+
+            _, height, width = input_shape(create_model(self.model.name, device="meta", **kwargs), self.model.input_size)
+            if height % data.teacher.patch or width % data.teacher.patch:
+                raise ValueError(f"data.teacher.patch: {data.teacher.patch} does not divide the model's {height}x{width} input")
         model_classes = kwargs.get("num_classes", 1000)  # timm's ViT default
         if classes is not None and model_classes != classes:
             raise ValueError(f"model.num_classes: is {model_classes}, but {data.name} has {classes} classes")
         channels = kwargs.get("in_chans", 3)
-        if channels not in (1, 3) or (channels == 1 and dataset.channels != 1):
+        if data.name == "teacher":
+            pass  # drawn at the model's own input shape, any channels
+        elif channels not in (1, 3) or (channels == 1 and dataset.channels != 1):
             allowed = "1 (as stored) or 3 (repeated)" if dataset.channels == 1 else "3"
             raise ValueError(f"model.in_chans: is {channels}; {data.name} images feed in_chans {allowed}")
         if (data.augment.mixup > 0 or data.augment.cutmix > 0) and self.batch_size % 2:
@@ -414,6 +423,8 @@ class SuiteConfig(Strict):
         measured["seed"] = self.seed
         measured["timing"].pop("per_seed", None)
         measured["accuracy"].pop("target_top1", None)  # read from the curves after training
+        if measured["data"].get("teacher") is None:  # only teacher suites have the key
+            measured["data"].pop("teacher", None)
         for key in ("input_size", "prunable"):  # dstbench's model keys: in the hash only when set
             if measured["model"].get(key) is None:
                 measured["model"].pop(key, None)

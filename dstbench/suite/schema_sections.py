@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 from pydantic import ValidationInfo, field_validator, model_validator
 
-DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
+DATASETS = ("synthetic", "digits", "mnist5k", "teacher", "cifar10", "cifar100", "imagefolder")
 METRICS = (
     "speedup",  # median of per-round reference time / method time, same density (derive.speedup_stats)
     "memory_reduction",  # 1 - peak / peak_ref (allocator peak, else state + activation bytes)
@@ -112,17 +112,54 @@ class AugmentConfig(Strict):
     label_smoothing: float = Field(0.0, ge=0, lt=1, description="label smoothing of the cross-entropy (with mixup or cutmix, applied by `Mixup`)")
 
 
+class TeacherConfig(Strict):
+    """`data.name: teacher`: labels from a fixed random function of normal inputs drawn fresh every
+    epoch (`dstbench.data.teacher`)."""
+
+    classes: int = Field(10, ge=2, description="classes the teacher labels into (the model's num_classes)")
+    features: PositiveInt = Field(256, description="random sinusoids the teacher sums per patch")
+    frequency: PositiveFloat = Field(1.0, description=(
+        "their frequency: higher needs more capacity to imitate (docs/guides/accuracy.md, \"A workload that can rank\")"))
+    patch: PositiveInt = Field(4, description="side of the square patches the teacher reads (the student's patch_size is natural)")
+    seed: int = Field(0, ge=0, description="the teacher's weights and the test split (the same for every suite seed)")
+    train_size: PositiveInt = Field(8192, description="training inputs drawn per epoch (new ones every epoch)")
+    test_size: PositiveInt = Field(4096, description="test inputs (fixed)")
+
+
 class DataConfig(Strict):
     """A dataset (see `dstbench.data`). `root` is read relative to the working directory."""
 
     name: Literal[DATASETS] = Field("synthetic", description=(  # type: ignore[valid-type]
         "synthetic: random device-resident tensors (speed only); digits, mnist5k: packaged (dstbench[datasets]); "
+        "teacher: a teacher-student workload, new inputs every epoch labelled by a fixed random function (`teacher`); "
         "cifar10, cifar100: torchvision's layout under `root`; imagefolder: `root`/train/<class>/ and `root`/val/<class>/"))
     download: bool = Field(False, description="cifar10/cifar100 only: download into `root` through torchvision when it is not there")
     root: str | None = Field(None, validate_default=True, description=(
         "the dataset's folder, relative to the working directory; required for cifar10, cifar100 and imagefolder"))
     num_workers: int = Field(2, ge=0, description="DataLoader worker processes")
     augment: AugmentConfig = Field(AugmentConfig(), description="training augmentation (`data.augment`, below)")
+    teacher: TeacherConfig | None = Field(None, description="name: teacher only: the teacher and split sizes (defaults filled in)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _teacher_settings(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("name") != "teacher":
+            if data.get("teacher") is not None:
+                raise ValueError("teacher: only with `name: teacher`")
+            return data
+        # The teacher's inputs are tensors, not images: the image augmentations have nothing to act
+        # on (mixup, cutmix and label smoothing act on batches and stay), and worker processes
+        # would each hold a stale copy of a split that is drawn again every epoch.
+        augment = dict(data.get("augment") or {})
+        images = [k for k in ("random_crop", "flip", "randaugment") if augment.get(k)]
+        if images:
+            raise ValueError(f"augment: {', '.join(images)} act on images; teacher inputs are tensors: set them false/null")
+        if data.get("num_workers"):
+            raise ValueError("num_workers: teacher data are drawn in the training process; set 0")
+        augment.update(random_crop=False, flip=False)
+        return {**data, "augment": augment, "num_workers": 0, "teacher": data.get("teacher") or {}}
 
     @field_validator("root")
     @classmethod

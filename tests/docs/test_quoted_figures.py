@@ -88,3 +88,25 @@ def test_the_scaling_speedups_are_the_committed_runs() -> None:
     shares = ", ".join(f"{v * 100:.0f}%" for v in barter["flop_fraction"][:-1]) + f" and {barter['flop_fraction'].iloc[-1] * 100:.0f}%"
     quoted = f"BARTER vs RigL is {speedups} ({shares} of the FLOP limit"
     assert quoted in flat("README.md")
+
+
+def test_the_ranking_workloads_trial_figures_are_the_committed_trials() -> None:
+    trials = ROOT / "reports" / "cpu_accuracy" / "trials"
+
+    def top1s(folder: str, method: str) -> str:
+        frame = dstbench.load_run(trials / folder).frame(per_seed=True)
+        rows = frame[frame["method"] == method].sort_values("seed")
+        return ", ".join(f"{v:.3f}" for v in rows["top1"])
+
+    teacher = (top1s("trial_f1-20261206-221402", "dense"), top1s("trial_f1-20261206-221402", "rigl"))
+    assert teacher == ("0.658, 0.667, 0.668", "0.586, 0.588, 0.586")
+    mnist = (top1s("trial_mnist_aug-20261206-221757", "dense"), top1s("trial_mnist_aug-20261206-221757", "rigl"))
+    assert mnist == ("0.304, 0.427", "0.742, 0.750")
+    guide = flat("docs/guides/accuracy.md")
+    assert f"| 1,536 | {teacher[0]} | {teacher[1]} |" in guide
+    assert f"| 1,500 | {mnist[0]} | {mnist[1]} |" in guide
+    readme = flat("reports/cpu_accuracy/trials/README.md")
+    assert f"| {teacher[0]} | {teacher[1]} |" in readme and f"| {mnist[0]} | {mnist[1]} |" in readme
+    assert top1s("cpu_accuracy-20261206-222130", "dense") == "0.658"
+    suite = flat("suites/cpu_accuracy.yaml")
+    assert f"dense {teacher[0].replace(', 0.668', ' and 0.668')}" in suite.replace("# ", "")

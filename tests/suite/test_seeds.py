@@ -34,6 +34,8 @@ SUITE_HASHES = {
     "scaling_cpu_compile.yaml": "b718f3d49bc463bf",
     # On another model than a ViT: dstbench's model keys (`input_size`) enter the hash only when set.
     "cpu_resnet18.yaml": "3a86bc917e50541e",
+    # Generated data: `data.teacher` enters the hash only in teacher suites.
+    "cpu_accuracy.yaml": "824a112228c2c7dd",
 }
 
 
