@@ -59,6 +59,8 @@ def test_every_case_runs_once_per_seed_with_its_own_training(both_run: Path) -> 
     # The second seed trains for accuracy alone: no segments, its line says so.
     assert [bool(line["segment_ms"]) for line in lines] == [True, True, False, False]
     assert [line["mode"] for line in lines] == ["both", "both", "accuracy", "accuracy"]
+    # An accuracy line records the density it trained at, so `density_achieved` gates every seed.
+    assert [round(line["density_achieved"], 2) for line in lines] == [1.0, 0.5, 1.0, 0.5]
     assert json.loads((both_run / "run.json").read_text())["selected"] == [
         "dense@1 seed=0", "rigl@0.5 seed=0", "dense@1 seed=1", "rigl@0.5 seed=1"]
     assert run_coverage(both_run).complete
