@@ -1,4 +1,4 @@
-"""A teacher-student workload: inputs drawn fresh every epoch, labels from a fixed random network.
+"""A teacher-student workload: inputs drawn fresh every epoch, labels from a fixed random function.
 
 Why: on a small real set (digits, mnist5k) a dense ViT overfits, so sparse methods can match or pass
 it and an accuracy run cannot rank methods. Here the data never repeat (each epoch draws new inputs)
@@ -7,19 +7,19 @@ student's top-1 on the test split measures how much of the teacher it captured i
 budget: what capacity and a good topology buy, the question DST papers ask on ImageNet.
 
 - Inputs: standard normal tensors of the model's input shape (C, H, W).
-- Teacher: an MLP on the flattened input, `depth` hidden layers of `width` ReLU units, He-normal
-  weights, drawn from `teacher_seed` alone, so every suite seed and every method learns the same
-  function. Its logits are standardised per class over a calibration sample and then given biases
-  that make the classes about equally frequent (a random network's argmax otherwise favours a few
-  classes); the label is the argmax.
-- Test split: `test_size` inputs drawn from `teacher_seed` too (the same images for every case).
+- Teacher (`Teacher`): random sinusoids of each patch summed over the patches, drawn from
+  `teacher_seed` alone, so every suite seed and every method learns the same function. Its logits
+  are standardised per class over a calibration sample and then given biases that make the classes
+  about equally frequent (a random function's argmax otherwise favours a few classes); the label is
+  the argmax.
+- Test split: `test_size` inputs drawn from `teacher_seed` too (the same inputs for every case).
 - Training split: `train_size` inputs per epoch, drawn from the seed the loader gives each epoch (a
   function of the case's seed and the epoch), so a run is reproducible and a case resumed at an
   epoch boundary sees the batches of one that never stopped.
 
-What it cannot show: anything about natural images (no spatial structure, no augmentation, no
-distribution shift between splits); the ranking it gives is of how methods use capacity on a
-smooth random function, which is one of the things that decide a real ranking, not all of them.
+What it cannot show: anything about natural images (no spatial statistics, no augmentation, no
+distribution shift between splits); the ranking it gives is of how methods use capacity on one
+random function, which is one of the things that decide a real ranking, not all of them.
 """
 
 from __future__ import annotations
