@@ -92,10 +92,6 @@ class Teacher:
     def labels(self, inputs: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
         return torch.cat([self.logits(part).argmax(1) for part in inputs.split(chunk)])
 
-    @property
-    def parameters(self) -> int:
-        return self.projection.numel() + self.phase.numel() + self.readout.numel()
-
 
 class TeacherDataset(torch.utils.data.Dataset):
     """`size` (input, label) pairs of `teacher`. A training split is drawn by `reseed(seed)` at each

@@ -14,6 +14,7 @@ report, and a static site of runs.
     html.py         jinja2 pages (templates/*.j2, autoescaped); `dstbench report`'s HTML and Markdown
     headline.py     the reference a report compares against; the headline above its tables
     publish.py      the site `dstbench publish` writes; history.py: each case across a site's runs
+    generated_readme.py  the generated block of a reports/*/README.md (reports/*/make_readme.py)
 
 Adding sections
 ---------------

@@ -277,9 +277,8 @@ class SuiteConfig(Strict):
         if classes is not None and model_classes != classes:
             raise ValueError(f"model.num_classes: is {model_classes}, but {data.name} has {classes} classes")
         channels = kwargs.get("in_chans", 3)
-        if data.name == "teacher":
-            pass  # drawn at the model's own input shape, any channels
-        elif channels not in (1, 3) or (channels == 1 and dataset.channels != 1):
+        # Teacher inputs are drawn at the model's own shape: any channel count.
+        if data.name != "teacher" and (channels not in (1, 3) or (channels == 1 and dataset.channels != 1)):
             allowed = "1 (as stored) or 3 (repeated)" if dataset.channels == 1 else "3"
             raise ValueError(f"model.in_chans: is {channels}; {data.name} images feed in_chans {allowed}")
         if (data.augment.mixup > 0 or data.augment.cutmix > 0) and self.batch_size % 2:

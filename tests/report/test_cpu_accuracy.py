@@ -20,7 +20,7 @@ def _script():  # type: ignore[no-untyped-def]
 
 
 def _runs() -> list[Path]:
-    return sorted(p.resolve() for p in (WORKLOAD / "runs").glob("*/") if (p / "results.jsonl").is_file())
+    return _script().run_folders([], WORKLOAD / "runs")
 
 
 @pytest.mark.skipif(not (WORKLOAD / "runs").is_dir(), reason="no committed runs of suites/cpu_accuracy.yaml")
