@@ -106,21 +106,29 @@ def compare(
     time_basis: str = "auto",
     strict: bool = False,
     top1_threshold: float = 1.0,
+    allow_missing: bool = False,
+    accept_machine_shift: bool = False,
+    allow_protocol_change: bool = False,
 ) -> Comparison:
     """Gate `current` against `baseline` as `dstbench compare` does (same options, same verdicts):
-    time changes beyond `time_threshold` percent that are significant at family-wise `alpha`, memory
-    changes beyond `memory_threshold` percent, top-1 changes beyond `top1_threshold` points that seed
-    noise cannot explain. `strict`: a different environment, or an inconclusive case, does not pass."""
+    time changes significantly beyond +/-`time_threshold` percent at family-wise `alpha` (unchanged
+    only when the change's interval lies inside that band), memory changes beyond `memory_threshold`
+    percent, top-1 changes beyond `top1_threshold` points that seed noise cannot explain.
+    A baseline case missing from `current` fails unless `allow_missing`; dense slower on its own
+    times with every case alike (a machine shift) fails unless `accept_machine_shift`; runs timed
+    under different protocols raise `CompareInputError` unless `allow_protocol_change` (every time
+    verdict then inconclusive). `strict`: a different environment, or an inconclusive case, does not pass."""
     from dstbench.gates.compare import compare_runs
     from dstbench.gates.sides import CompareInputError, load_side
 
-    if time_threshold < 0 or memory_threshold < 0 or top1_threshold < 0 or not 0 < alpha < 1:
-        raise CompareInputError("thresholds must be >= 0 and alpha in (0, 1)")
+    if time_threshold < 0 or memory_threshold < 0 or top1_threshold < 0 or not 0 < alpha < 0.5:
+        raise CompareInputError("thresholds must be >= 0 and alpha in (0, 0.5)")
     if time_basis not in ("auto", "relative", "absolute"):
         raise CompareInputError(f"time_basis must be auto, relative or absolute, not {time_basis!r}")
     sides = [load_side(side.path if isinstance(side, Run) else side) for side in (baseline, current)]
     result = compare_runs(
         *sides, time_threshold=time_threshold, memory_threshold=memory_threshold, alpha=alpha,
-        memory_only=memory_only, time_basis=time_basis, top1_threshold=top1_threshold,
+        memory_only=memory_only, time_basis=time_basis, top1_threshold=top1_threshold, allow_missing=allow_missing,
+        accept_machine_shift=accept_machine_shift, allow_protocol_change=allow_protocol_change,
     )
     return Comparison(result, strict=strict)

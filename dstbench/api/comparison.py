@@ -45,6 +45,16 @@ class Comparison:
         return [_case(key, self.result) for key in self.result.only_baseline]
 
     @property
+    def missing(self) -> list[str]:
+        """Baseline cases the current run lacks that fail the gate ([] under allow_missing)."""
+        return [_case(key, self.result) for key in self.result.missing]
+
+    @property
+    def shifts(self) -> list[str]:
+        """A line for each dense that moved beyond the band: a shift every case shares, or dense alone."""
+        return [shift.text() for shift in self.result.shifts]
+
+    @property
     def only_current(self) -> list[str]:
         return [_case(key, self.result) for key in self.result.only_current]
 
@@ -68,7 +78,9 @@ class Comparison:
         memory metric (bytes, exact change); `top1` per trained case over its seeds (`seed` empty: the
         mean top-1 of each side, the change in fraction with its 95% interval, `basis` what it rests
         on: paired by seed, unpaired, one seed). `verdict`: regression, improvement, unchanged,
-        inconclusive or not gated."""
+        inconclusive or (dense, under --accept-machine-shift) shift accepted. A time row's interval
+        is at 1 - alpha, its `p_value` the Holm-adjusted test against the band's edge, and `basis`
+        "absolute (reference)" for the dense that relative gating is relative to."""
         import pandas as pd
 
         rows: list[dict[str, Any]] = []
@@ -86,7 +98,7 @@ class Comparison:
                 rows.append({
                     **base, "metric": "time", "baseline": t.baseline_ms, "current": t.current_ms, "change": t.ratio - 1,
                     "ci_low": _minus_one(t.ci_low), "ci_high": _minus_one(t.ci_high), "p_value": t.p_value,
-                    "basis": t.basis, "verdict": t.verdict, "note": "; ".join(x for x in (t.why, t.note) if x),
+                    "basis": t.basis + (" (reference)" if t.reference else ""), "verdict": t.verdict, "note": "; ".join(x for x in (t.why, t.note) if x),
                 })
             for m in case.memory:
                 rows.append({**base, "metric": m.metric, "baseline": m.baseline, "current": m.current, "change": m.change,

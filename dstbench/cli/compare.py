@@ -13,16 +13,37 @@ from dstbench.util.files import output_file_problem, write_atomic
 
 
 def add_parser(commands: Commands) -> None:
-    p = add_command(commands, "compare", "gate a run against a baseline run (time, memory and top-1 regressions)")
+    p = add_command(
+        commands, "compare", "gate a run against a baseline run (time, memory and top-1 regressions)",
+        description=(
+            "Each case's time change (current / baseline, with its 1 - 2 ALPHA interval: 90% by default) is judged "
+            "against the band +/-PCT: a regression (or improvement) only when significantly beyond the band (the "
+            "one-sided test against its edge, Holm-adjusted over the cases, p < ALPHA); unchanged only when the whole "
+            "interval lies inside it (two one-sided tests); otherwise inconclusive, printed with what would decide it. "
+            "Under the relative basis dense is judged on its own times. Memory is exact. "
+            "Exit 1 on a regression or a baseline case missing from the current run; 2 on unusable input or runs "
+            "timed under different protocols."),
+    )
     p.add_argument("baseline", metavar="BASELINE_RUN", help="the run folder to compare against")
     p.add_argument("current", metavar="CURRENT_RUN", help="the run folder being judged")
-    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT", help="time change, in percent, that counts when significant")
+    p.add_argument("--time-threshold", type=float, default=10.0, metavar="PCT",
+                   help="the band of no change, +/- PCT")
     p.add_argument("--memory-threshold", type=float, default=1.0, metavar="PCT", help="memory change, in percent, that counts (exact: no test)")
-    p.add_argument("--alpha", type=float, default=0.05, help="family-wise significance level of the time tests (Holm over the cases)")
+    p.add_argument("--alpha", type=float, default=0.05, help="family-wise level of the one-sided time tests (Holm over the cases); the intervals shown are at 1 - 2 ALPHA")
     p.add_argument("--time-basis", choices=("auto", "relative", "absolute"), default="auto",
                    help="relative: each case's time relative to its own run's dense, round by round, which cancels "
-                   "machine-wide shifts (dense itself is not gated); absolute: each case's own times; auto (default): "
+                   "machine-wide shifts, and dense on its own times; absolute: each case's own times; auto (default): "
                    "relative where both runs have the case's dense, else absolute")
+    p.add_argument("--accept-machine-shift", action="store_true",
+                   help="dense (the reference of relative gating) slower on its own times, other cases slower with "
+                   "it, is a machine shift or a change to the common training step: a failure unless this flag "
+                   "accepts it (dense slower alone still fails)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="a baseline case the current run lacks is listed, not a failure (extra cases are always listed)")
+    p.add_argument("--allow-protocol-change", action="store_true",
+                   help="compare runs timed under different protocols (timing.processes, interleave, round_order, "
+                   "settle_segments, segment_steps, segments), every time verdict inconclusive; without it they are "
+                   "refused (exit 2)")
     p.add_argument("--top1-threshold", type=float, default=1.0, metavar="PP",
                    help="top-1 change, in percentage points, that counts when seed noise cannot explain it")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
@@ -38,15 +59,16 @@ def main(args: argparse.Namespace) -> int:
     from dstbench.gates.comparison_text import render
 
     try:
-        if args.time_threshold < 0 or args.memory_threshold < 0 or args.top1_threshold < 0 or not 0 < args.alpha < 1:
-            raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 1)")
+        if args.time_threshold < 0 or args.memory_threshold < 0 or args.top1_threshold < 0 or not 0 < args.alpha < 0.5:
+            raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 0.5)")
         problem = output_file_problem(args.markdown, "--markdown", [args.baseline, args.current]) if args.markdown else None
         if problem:
             raise CompareInputError(problem)
         comparison = compare_runs(
             load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
             memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
-            time_basis=args.time_basis, top1_threshold=args.top1_threshold,
+            time_basis=args.time_basis, top1_threshold=args.top1_threshold, allow_missing=args.allow_missing,
+            accept_machine_shift=args.accept_machine_shift, allow_protocol_change=args.allow_protocol_change,
         )
     except CompareInputError as exc:
         print(f"dstbench compare: {exc}", file=sys.stderr)

@@ -11,25 +11,27 @@ seed), and no seed's line replaces another's. Time is judged from process-level 
 with the process-to-process spread pooled over that run's cases, so a process's own speed offset
 is not taken for a change. On the relative basis each case's time is taken relative
 to its own run's dense, round by round: what moves every case of a run alike (a machine shift, a
-neighbour) cancels, and dense itself is not gated; "absolute" gates each case's own times (dense
-included), which a machine shift moves too; "auto" (the default) is relative wherever both runs
-have the case's dense, else absolute. A case regresses (or improved) only when the change
-(current / baseline) passes the threshold *and* differs from 1 with Holm-adjusted p < alpha over the
-cases compared (family-wise error); a change within the threshold is unchanged; one beyond it that
-the data cannot prove is **inconclusive**, shown and counted, never reported as no change. A side
-timed under contention (the case in any of its groups, or a quarter of the rounds it is judged on
-starved, its dense's included)
-makes the time verdict inconclusive, whatever the numbers say: starved segments measure the
-machine's load, not the code.
+neighbour) cancels; dense itself, the reference, is judged on its own times, and a change of it
+that every case shares is reported as such and fails unless accepted (`accept_machine_shift`);
+"absolute" gates each case's own times; "auto" (the default) is relative wherever both runs have
+the case's dense, else absolute. The verdict (`dstbench.gates.time_rule`): a regression (or
+improvement) only when the change is significantly beyond the +/-threshold band (Holm over the
+cases), unchanged only when its whole interval lies inside the band, else **inconclusive**, shown
+and counted with what would decide it, never reported as no change. A side timed under
+contention (the case in any of its groups, or a quarter of the rounds it is judged on starved, its
+dense's included) makes the time verdict inconclusive, whatever the numbers say: starved segments
+measure the machine's load, not the code; so do sides timed under different protocols
+(`allow_protocol_change`; without it they are refused).
 Memory is judged from exact figures (allocator peak where both runs have it, training-state and
 activation bytes always) against its own threshold, with no test: byte counts do not jitter.
 Top-1, where both runs trained a case, is judged per case over its seeds, paired by seed where the
 runs have the same seeds (`dstbench.gates.top1_compare`): a drop beyond the threshold that seed
 noise cannot explain is a regression, one that it can is inconclusive.
 
-Exit codes (`exit_code`): 0 no regression, 1 a regression (or, with --strict, an inconclusive
-case or top-1), 2 unusable input (missing files, no matching cases, or, with --strict, runs from different
-environments).
+Exit codes (`exit_code`): 0 no regression, 1 a regression or a baseline case the current run lacks
+(unless `allow_missing`), or, with --strict, an inconclusive case or top-1; 2 unusable input
+(missing files, no matching cases, different timing protocols, or, with --strict, runs from
+different environments).
 """
 
 from __future__ import annotations
@@ -43,30 +45,19 @@ import numpy as np
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.derive import contended_in_a_group, noise_level
-from dstbench.gates.sides import CompareInputError, Key, Side, env_differences, key_order, key_text, several_seeds
-from dstbench.gates.top1_compare import Top1Verdict, compare_top1
+from dstbench.gates.sides import (
+    CompareInputError, Key, Side, case_name, env_differences, key_order, key_text, protocol_differences, several_seeds,
+)
+from dstbench.gates.time_rule import ReferenceShift, TimeVerdict, beyond_p, decide, interval_level, reference_shifts
+from dstbench.gates.top1_compare import Top1Verdict, compare_top1, setups_differ_in_seed_only
 from dstbench.results.intervals import (
-    BetweenProcesses, UnitSamples, difference, holm, interval, judged_units, paired_units, pool_between, sample_units,
+    BetweenProcesses, UnitSamples, holm, interval, judged_units, log_change, paired_units, pool_between, sample_units,
     summarize,
 )
 from dstbench.results.record import report_columns, segment_samples
 
 # Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
 MEMORY_METRICS = report_columns("bytes")  # the fields the trackers declare with a `bytes` column
-@dataclasses.dataclass
-class TimeVerdict:
-    baseline_ms: float  # median segment time of each side, for the reader
-    current_ms: float
-    ratio: float  # the change the verdict judges, current / baseline: above 1 is slower
-    p_value: float  # Holm-adjusted over the cases compared
-    verdict: str  # "regression", "improvement", "unchanged", "inconclusive" or "not gated"
-    note: str = ""
-    basis: str = "relative"  # "relative" (to the run's dense) or "absolute"
-    why: str = ""  # what made it inconclusive before any test (contention, too few samples)
-    ci_low: float = math.nan
-    ci_high: float = math.nan
-    p_raw: float = math.nan
-    covers: str = ""  # what each side's interval covers, e.g. "2 processes x 5 rounds"
 
 
 @dataclasses.dataclass
@@ -127,6 +118,19 @@ class Comparison:
     settings: dict[str, Any]
     # Top-1 per case over its seeds (`dstbench.gates.top1_compare`); empty where neither run trained.
     top1: list[Top1Verdict] = dataclasses.field(default_factory=list)
+    # Each time reference (dense) that moved beyond the band, and which cases moved with it.
+    shifts: list[ReferenceShift] = dataclasses.field(default_factory=list)
+    # How the sides' timing protocols differ (compared only under allow_protocol_change).
+    protocol_differences: list[str] = dataclasses.field(default_factory=list)
+    # The baseline's lines whose case (method, density, sweep point) the current run has at no seed.
+    absent: list[Key] = dataclasses.field(default_factory=list)
+
+    @property
+    def missing(self) -> list[Key]:
+        """Cases of the baseline the current run lacks at every seed: a failure unless allowed. (A
+        seed missing from a case the current run has is listed, not failed: top-1 says what its
+        comparison rests on.)"""
+        return [] if self.settings.get("allow_missing") else self.absent
 
     @property
     def top1_regressed(self) -> list[Top1Verdict]:
@@ -154,8 +158,8 @@ TIME_BASES = ("auto", "relative", "absolute")
 
 def case_basis(baseline: Side, current: Side, key: Key, requested: str) -> str:
     """The basis a case is judged on: `requested`, or under "auto" relative where both runs timed
-    it in rounds beside their dense (dense itself too, then: not gated), else absolute (lines from
-    runs without interleaving, or without dense)."""
+    it in rounds beside their dense (dense itself too: the reference, which `time_verdicts` judges on
+    its own times), else absolute (lines from runs without interleaving, or without dense)."""
     if requested != "auto":
         return requested
 
@@ -166,7 +170,7 @@ def case_basis(baseline: Side, current: Side, key: Key, requested: str) -> str:
     if pairs(baseline, key) and pairs(current, key):
         return "relative"
     is_dense = key[1] == "dense" or baseline.cases[key].get("kind") == "dense"
-    # Dense is the reference of the cases gated relative to it; with none, it is gated on its own.
+    # Dense is the reference of the cases gated relative to it; with none, an ordinary absolute case.
     others = [k for k in baseline.cases if k[0] == key[0] and k[3] == key[3] and k != key and k in current.cases]
     return "relative" if is_dense and any(pairs(baseline, k) and pairs(current, k) for k in others) else "absolute"
 
@@ -204,10 +208,12 @@ def side_contended(line: dict[str, Any], units: UnitSamples | None) -> bool:
 
 
 def compare_time(
-    base: Side, cur: Side, key: Key, basis: str, between: tuple[BetweenProcesses, BetweenProcesses],
+    base: Side, cur: Side, key: Key, basis: str, between: tuple[BetweenProcesses, BetweenProcesses], alpha: float,
+    threshold_pct: float,
 ) -> TimeVerdict | None:
-    """The change of a case's time between the runs, before the verdict (`decide`); None without
-    samples to judge on either side."""
+    """The change of a case's time between the runs with its (1 - 2 alpha) interval and the raw p of
+    the test against the band's edge, before the verdict (`decide`); None without samples to judge
+    on either side, or, relative, without a dense."""
     base_line, cur_line = base.cases[key], cur.cases[key]
     base_ms, cur_ms = segment_samples(base_line.get("segment_ms")), segment_samples(cur_line.get("segment_ms"))
     if not base_ms or not cur_ms:
@@ -215,16 +221,17 @@ def compare_time(
     medians = float(np.median(base_ms)), float(np.median(cur_ms))
     units = time_units(base, key, basis), time_units(cur, key, basis)
     if basis == "relative" and (units[0] is None or units[1] is None):
-        if dense_line(base, key) is None and (key[1] == "dense" or base_line.get("kind") == "dense"):
-            return TimeVerdict(*medians, math.nan, math.nan, "not gated", "the time reference of relative gating", basis=basis)
         return None
     summaries = [summarize(u) if u is not None else None for u in units]
     if summaries[0] is None or summaries[1] is None:
         return TimeVerdict(*medians, math.nan, math.nan, "inconclusive", basis=basis, why="too few samples for an interval")
     base_iv, cur_iv = (interval(s, b) for s, b in zip(summaries, between))
-    ratio, low, high, p = difference(base_iv, cur_iv)
+    change = log_change(base_iv, cur_iv)
+    low, high = change.interval(interval_level(alpha))
+    p = beyond_p(change, threshold_pct)
     verdict = TimeVerdict(
-        *medians, ratio, p, "", basis=basis, ci_low=low, ci_high=high, p_raw=p, covers=f"{base_iv.covers} | {cur_iv.covers}",
+        *medians, change.ratio, p, "", basis=basis, ci_low=low, ci_high=high, p_raw=p,
+        covers=f"{base_iv.covers} | {cur_iv.covers}", change=change,
     )
     if side_contended(base_line, units[0]) or side_contended(cur_line, units[1]):
         verdict.verdict = "inconclusive"
@@ -232,18 +239,9 @@ def compare_time(
     return verdict
 
 
-def decide(verdict: TimeVerdict, threshold_pct: float, alpha: float) -> None:
-    """The verdict from the change and its adjusted p (contended ones stay inconclusive)."""
-    if verdict.verdict:
-        return
-    limit = threshold_pct / 100.0
-    significant = verdict.p_value < alpha
-    if verdict.ratio > 1.0 + limit:
-        verdict.verdict = "regression" if significant else "inconclusive"
-    elif verdict.ratio < 1.0 - limit:
-        verdict.verdict = "improvement" if significant else "inconclusive"
-    else:
-        verdict.verdict = "unchanged"
+def is_reference(side: Side, key: Key) -> bool:
+    """Dense, the time reference of relative gating (no dense line besides itself)."""
+    return dense_line(side, key) is None and (key[1] == "dense" or side.cases[key].get("kind") == "dense")
 
 
 def is_contended(line: dict[str, Any]) -> bool:
@@ -306,26 +304,43 @@ def compare_case(
 
 def time_verdicts(
     baseline: Side, current: Side, keys: list[Key], *, basis: str, threshold_pct: float, alpha: float,
-) -> dict[Key, TimeVerdict]:
-    """Every gated case's time verdict, p-values Holm-adjusted over the cases with a test."""
+    protocol_change: str = "",
+) -> tuple[dict[Key, TimeVerdict], dict[Key, float]]:
+    """Every gated case's time verdict, p-values Holm-adjusted over the cases with a test, and each
+    case's own change of time (absolute basis, current / baseline) for `reference_shifts`. Under the
+    relative basis dense, the reference, is judged on its own times. `protocol_change`: the sides
+    were timed under different protocols, so every verdict is inconclusive, saying this."""
     pooled = {b: (side_between(baseline, b), side_between(current, b)) for b in ("relative", "absolute")}
-    verdicts = {}
+    verdicts: dict[Key, TimeVerdict] = {}
+    own: dict[Key, float] = {}
     for key in keys:
-        if baseline.cases[key].get("status") == "ok" == current.cases[key].get("status"):
-            case = case_basis(baseline, current, key, basis)
-            verdict = compare_time(baseline, current, key, case, pooled[case])
-            if verdict is not None:
-                verdicts[key] = verdict
+        if not baseline.cases[key].get("status") == "ok" == current.cases[key].get("status"):
+            continue
+        case = case_basis(baseline, current, key, basis)
+        reference = case == "relative" and is_reference(baseline, key)
+        verdict = compare_time(baseline, current, key, "absolute" if reference else case,
+                               pooled["absolute" if reference else case], alpha, threshold_pct)
+        absolute = verdict if verdict is None or verdict.basis == "absolute" else compare_time(
+            baseline, current, key, "absolute", pooled["absolute"], alpha, threshold_pct)
+        if absolute is not None and math.isfinite(absolute.ratio):
+            own[key] = absolute.ratio
+        if verdict is None:
+            continue
+        verdict.reference = reference
+        if reference:
+            verdict.note = "the reference of relative gating, judged on its own times"
+        if protocol_change:
+            verdict.verdict, verdict.why = "inconclusive", f"timed under different protocols ({protocol_change})"
+        verdicts[key] = verdict
     tested = [k for k, v in verdicts.items() if math.isfinite(v.p_raw)]
     for key, adjusted in zip(tested, holm([verdicts[k].p_raw for k in tested])):
         verdicts[key].p_value = adjusted
     for verdict in verdicts.values():
-        if math.isfinite(verdict.ratio):
-            decide(verdict, threshold_pct, alpha)
+        decide(verdict, threshold_pct, alpha)
     for verdict in verdicts.values():
         if math.isfinite(verdict.p_raw) and not all(b.seen for b in pooled[verdict.basis]):
             verdict.note = "; ".join(n for n in (verdict.note, "within one process on a side: process offsets unseen") if n)
-    return verdicts
+    return verdicts, own
 
 
 def _hashes(side: Side) -> str:
@@ -335,10 +350,14 @@ def _hashes(side: Side) -> str:
 def compare_runs(
     baseline: Side, current: Side, *, time_threshold: float = 10.0, memory_threshold: float = 1.0,
     alpha: float = 0.05, memory_only: bool = False, time_basis: str = "auto", top1_threshold: float = 1.0,
+    allow_missing: bool = False, accept_machine_shift: bool = False, allow_protocol_change: bool = False,
 ) -> Comparison:
     """Match the two runs' cases and judge each (and, unless `memory_only`, each trained case's
-    top-1 over its seeds: `dstbench.gates.top1_compare`, `top1_threshold` in points);
-    `CompareInputError` when no case matches."""
+    top-1 over its seeds: `dstbench.gates.top1_compare`, `top1_threshold` in points).
+    `CompareInputError` when no case matches, or when time is judged and the sides were timed under
+    different protocols (unless `allow_protocol_change`: every time verdict is then inconclusive).
+    `allow_missing`: a baseline case the current run lacks does not fail the gate;
+    `accept_machine_shift`: a slowdown of the time reference that every case shares does not."""
     common = [k for k in baseline.cases if k in current.cases]
     top1 = [] if memory_only else compare_top1(baseline, current, top1_threshold)
     if not common and not top1:
@@ -347,9 +366,16 @@ def compare_runs(
             f"baseline suite hash {_hashes(baseline)}, current {_hashes(current)}; a changed suite "
             "setting (model, data, batch size, optimizer, precision, fuse_norms, mode, timing, accuracy, seed, device) needs a new baseline"
         )
+    protocol = [] if memory_only else protocol_differences(baseline, current)
+    if protocol and not allow_protocol_change:
+        raise CompareInputError(
+            "the runs were timed under different protocols (" + "; ".join(protocol) + "): their times do not "
+            "compare; --allow-protocol-change (allow_protocol_change=True) compares them with every time verdict inconclusive"
+        )
     order = sorted(common, key=lambda k: (k[0], -1 if k[3] is None else k[3], -k[2], k[1]))
-    times = {} if memory_only else time_verdicts(
+    times, own = ({}, {}) if memory_only else time_verdicts(
         baseline, current, order, basis=time_basis, threshold_pct=time_threshold, alpha=alpha,
+        protocol_change="; ".join(protocol),
     )
     cases = [
         compare_case(
@@ -361,28 +387,47 @@ def compare_runs(
     seeded = several_seeds(baseline, current)
     for case in cases:
         case.seeded = seeded
+    shifts = reference_shifts(times, own, {c.key: c.case for c in cases}, accept_machine_shift)
+    only_baseline = sorted((k for k in baseline.cases if k not in current.cases), key=key_order)
     return Comparison(
         baseline=baseline,
         current=current,
         cases=cases,
-        only_baseline=sorted((k for k in baseline.cases if k not in current.cases), key=key_order),
+        only_baseline=only_baseline,
         only_current=sorted((k for k in current.cases if k not in baseline.cases), key=key_order),
         env_differences=env_differences(baseline, current),
         settings={
             "time_threshold": time_threshold, "memory_threshold": memory_threshold,
             "alpha": alpha, "memory_only": memory_only, "time_basis": time_basis, "top1_threshold": top1_threshold,
             "tests": sum(1 for c in cases if c.time is not None and math.isfinite(c.time.p_raw)),
+            "allow_missing": allow_missing, "accept_machine_shift": accept_machine_shift,
+            "allow_protocol_change": allow_protocol_change,
         },
         top1=top1,
+        shifts=shifts,
+        protocol_differences=protocol,
+        absent=absent_cases(baseline, current, only_baseline),
     )
 
 
+def absent_cases(baseline: Side, current: Side, only_baseline: list[Key]) -> list[Key]:
+    """The baseline's keys whose case the current run has at no seed: matched by suite hash, method,
+    density and sweep point, or without the hash where the setups differ in their seed alone."""
+    seedless = setups_differ_in_seed_only(baseline, current)
+
+    def case(side: Side, key: Key) -> tuple[str | None, str]:
+        return (None if seedless else key[0], case_name(key, side.cases[key]))
+
+    present = {case(current, k) for k in current.cases}
+    return [k for k in only_baseline if case(baseline, k) not in present]
+
+
 def exit_code(comparison: Comparison, strict: bool) -> int:
-    """The gate's exit code: 2 for incomparable environments under `strict`, 1 for a regression
-    (or, under `strict`, an inconclusive case), else 0."""
+    """The gate's exit code: 2 for incomparable environments under `strict`, 1 for a regression or a
+    baseline case missing from the current run (or, under `strict`, an inconclusive case), else 0."""
     if strict and comparison.env_differences:
         return EXIT_USAGE  # the figures are not comparable, so neither verdict can be trusted
-    if comparison.regressed or comparison.top1_regressed:
+    if comparison.regressed or comparison.top1_regressed or comparison.missing:
         return EXIT_FAILED
     if strict and (comparison.inconclusive or comparison.top1_inconclusive):
         return EXIT_FAILED

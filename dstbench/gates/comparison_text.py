@@ -7,20 +7,23 @@ import math
 
 from tabulate import tabulate
 
-from dstbench.gates.compare import CaseComparison, Comparison, TimeVerdict, exit_code
+from dstbench.gates.compare import CaseComparison, Comparison, exit_code
+from dstbench.gates.time_rule import TimeVerdict, interval_level
 from dstbench.gates.sides import key_text, several_seeds
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_USAGE
 from dstbench.util.text import markdown_text, percent
 
 
-def _time_cell(t: TimeVerdict | None) -> str:
+def _time_cell(t: TimeVerdict | None, threshold: float) -> str:
     if t is None:
         return "—"
     times = f"{t.baseline_ms:.1f} -> {t.current_ms:.1f} ms"
     if not math.isfinite(t.ratio):
         return times
     change = f"{t.ratio:.3f}x" + (f" [{t.ci_low:.3f}, {t.ci_high:.3f}]" if math.isfinite(t.ci_low) else "")
-    return f"{times} ({change}, p={t.p_value:.3g})"
+    # The p of the test against the band's edge on the estimate's side, Holm-adjusted.
+    edge = f"{1 + threshold / 100:g}x" if t.ratio >= 1 else f"{max(0.0, 1 - threshold / 100):g}x"
+    return f"{times} ({change}, p vs {edge} = {t.p_value:.3g})"
 
 
 def _memory_cell(c: CaseComparison, metric: str) -> str:
@@ -36,11 +39,11 @@ def _verdict_cell(c: CaseComparison) -> str:
     if c.improvements:
         return "improved: " + ", ".join(c.improvements) + ("; INCONCLUSIVE: time" if c.inconclusive else "")
     if c.inconclusive:
-        return f"INCONCLUSIVE: time ({c.time.why or 'beyond the threshold, not significant'})"
+        return f"INCONCLUSIVE: time ({c.time.why})"
     if c.baseline_status != "ok" or c.current_status != "ok":
         return f"not compared ({c.baseline_status} -> {c.current_status})"
-    if c.time is not None and c.time.verdict == "not gated":
-        return "ok (time not gated: the reference of relative gating)"
+    if c.time is not None and c.time.verdict == "shift accepted":
+        return "ok (a shift of every case, accepted: --accept-machine-shift)"
     return "ok"
 
 
@@ -65,13 +68,14 @@ def top1_table(comparison: Comparison, fmt: str = "simple") -> str:
 
 def table(comparison: Comparison, fmt: str = "simple") -> str:
     """One row per matched case; `fmt` is a tabulate format ("simple", "github")."""
-    memory_only = comparison.settings["memory_only"]
+    s = comparison.settings
     with_peak = any(m.metric == "peak" for c in comparison.cases for m in c.memory)
-    headers = ["case"] + ([] if memory_only else ["time (median per segment; change [95% CI])"])
+    level = f"{interval_level(s['alpha']) * 100:g}%"
+    headers = ["case"] + ([] if s["memory_only"] else [f"time (median per segment; change [{level} CI], Holm-adjusted p)"])
     headers += (["peak bytes"] if with_peak else []) + ["state bytes", "activation bytes", "verdict", "notes"]
     rows = []
     for c in comparison.cases:
-        row = [c.case] + ([] if memory_only else [_time_cell(c.time)])
+        row = [c.case] + ([] if s["memory_only"] else [_time_cell(c.time, s["time_threshold"])])
         row += ([_memory_cell(c, "peak")] if with_peak else [])
         row += [_memory_cell(c, "state"), _memory_cell(c, "activation"), _verdict_cell(c), "; ".join(c.notes)]
         rows.append(row)
@@ -85,11 +89,13 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     s = comparison.settings
     gates = f"memory +/-{s['memory_threshold']:g}%"
     if not s["memory_only"]:
-        basis = {"relative": "relative to each run's dense", "absolute": "absolute"}.get(
-            s.get("time_basis"), "relative to each run's dense where both have it, else absolute")
+        basis = {"relative": "relative to each run's dense, dense on its own times", "absolute": "absolute"}.get(
+            s.get("time_basis"), "relative to each run's dense where both have it, dense on its own times, else absolute")
+        band, level = f"+/-{s['time_threshold']:g}%", f"{interval_level(s['alpha']) * 100:g}%"
         gates = (
-            f"time ({basis}) +/-{s['time_threshold']:g}% and p < {s['alpha']:g}, Holm-adjusted over "
-            f"{s.get('tests', 0)} cases, across processes; " + gates
+            f"time ({basis}, across processes): changed when beyond {band} at one-sided p < {s['alpha']:g}, "
+            f"Holm-adjusted over {s.get('tests', 0)} cases; unchanged when the {level} interval lies inside {band} "
+            "(two one-sided tests); " + gates
         )
     lines = [("## " if markdown else "") + "dstbench compare", ""]
     for label, side in (("baseline", comparison.baseline), ("current", comparison.current)):
@@ -98,13 +104,21 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     lines += [f"{'- ' if markdown else ''}gates: {gates}", ""]
     for difference in comparison.env_differences:
         lines.append(f"{'ERROR' if strict else 'WARNING'}: {difference}")
-    if comparison.env_differences:
+    for difference in comparison.protocol_differences:
+        lines.append(f"WARNING: {difference} (--allow-protocol-change: every time verdict inconclusive)")
+    if comparison.env_differences or comparison.protocol_differences:
         lines.append("")
     lines.append(table(comparison, "github" if markdown else "simple"))
-    for label, keys in (("only in baseline", comparison.only_baseline), ("only in current", comparison.only_current)):
+    seeded = several_seeds(comparison.baseline, comparison.current)
+    absent = ("only in baseline (allowed: --allow-missing)" if s.get("allow_missing")
+              else "MISSING from the current run (a failure; --allow-missing accepts it)")
+    other_seeds = [k for k in comparison.only_baseline if k not in comparison.absent]
+    for label, keys in ((absent, comparison.absent), ("only in baseline, the case run at other seeds (not compared)", other_seeds),
+                        ("only in current (not compared)", comparison.only_current)):
         if keys:
-            seeded = several_seeds(comparison.baseline, comparison.current)
-            lines += ["", f"{label} (not compared): " + ", ".join(f"{key_text(k, seeded=seeded)} [suite {k[0]}]" for k in keys)]
+            lines += ["", f"{label}: " + ", ".join(f"{key_text(k, seeded=seeded)} [suite {k[0]}]" for k in keys)]
+    for shift in comparison.shifts:
+        lines += ["", ("" if shift.accepted or not shift.slower else "TIME REFERENCE: ") + shift.text()]
     if comparison.top1:
         lines += ["", top1_table(comparison, "github" if markdown else "simple")]
     regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
@@ -135,6 +149,8 @@ def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
         return "ERROR: the runs' environments differ (--strict)"
     if code == EXIT_FAILED:
         parts = [f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed]
+        seeded = several_seeds(comparison.baseline, comparison.current)
+        parts += [f"{key_text(k, seeded=seeded)} (missing from the current run)" for k in comparison.missing]
         parts += [f"{t.case} (top-1 {_points(t.change, True)} pp)" for t in comparison.top1_regressed]
         if strict:
             parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]

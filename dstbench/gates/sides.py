@@ -8,17 +8,24 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from dstbench.results.record import iter_results
 from dstbench.results.replicates import stored_seed
 from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
 from dstbench.suite.cases import case_id, case_key
-from dstbench.util.files import RESULTS_FILE
+from dstbench.util.files import RESULTS_FILE, SUITE_FILE
 
 # What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
 # and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
 ENV_KEYS = (
     ("device_type", "device"), ("device_name", "GPU/CPU model"), ("torch", "torch version"), ("timm", "timm version"),
 )
+
+# How a run's segments were timed: what moves a time without changing the case. The last two are in
+# the suite hash too (cases of other values do not match); the first four are not, so two runs of one
+# suite can differ in them, and each run folder's suite.yaml records them.
+PROTOCOL_KEYS = ("processes", "interleave", "round_order", "settle_segments", "segment_steps", "segments")
 
 Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
 
@@ -34,6 +41,7 @@ class Side:
     path: Path
     meta: dict[str, Any]
     cases: dict[Key, dict[str, Any]]
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)  # suite.yaml's `timing`, as the run used it
 
 
 def line_key(line: dict[str, Any], run_seed: int | None = None) -> Key:
@@ -49,6 +57,12 @@ def line_key(line: dict[str, Any], run_seed: int | None = None) -> Key:
 def key_text(key: Key, sweep: dict[str, Any] | None = None, seeded: bool = False) -> str:
     """A matched case as reports name it: its case id, with its seed where the runs hold several."""
     return case_key(case_id(key[1], key[2], sweep), key[3] if seeded else None)
+
+
+def case_name(key: Key, line: dict[str, Any]) -> str:
+    """The case a key's line is of, whatever its seed: its case id with its sweep point."""
+    sweep = line.get("sweep")
+    return case_id(key[1], key[2], sweep if isinstance(sweep, dict) else None)
 
 
 def key_order(key: Key) -> tuple[str, str, float, int]:
@@ -77,7 +91,29 @@ def load_side(path: str | Path) -> Side:
         cases[line_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
     if not cases:
         raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
-    return Side(path, meta, cases)
+    return Side(path, meta, cases, timing=recorded_timing(path))
+
+
+def recorded_timing(path: Path) -> dict[str, Any]:
+    """The `timing` section of the run folder's suite.yaml ({} without a readable one)."""
+    try:
+        suite = yaml.safe_load((path / SUITE_FILE).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    timing = suite.get("timing") if isinstance(suite, dict) else None
+    return timing if isinstance(timing, dict) else {}
+
+
+def protocol_differences(baseline: Side, current: Side) -> list[str]:
+    """"processes: baseline 1, current 2" for each timing-protocol setting the sides differ in (a
+    side without the setting recorded counts as differing from one with it)."""
+    differences = []
+    for key in PROTOCOL_KEYS:
+        base, cur = baseline.timing.get(key), current.timing.get(key)
+        if base != cur:
+            shown = ["not recorded" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in (base, cur)]
+            differences.append(f"timing.{key}: baseline {shown[0]}, current {shown[1]}")
+    return differences
 
 
 def run_env(side: Side) -> dict[str, str]:

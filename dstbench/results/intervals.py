@@ -229,18 +229,57 @@ def interval(summary: UnitSummary, between: BetweenProcesses, level: float = LEV
     )
 
 
-def difference(base: Interval, current: Interval, level: float = LEVEL) -> tuple[float, float, float, float]:
-    """current / base on the ratio scale: (ratio, low, high, two-sided p that it is 1), from the
-    two independent log estimates (Welch-Satterthwaite degrees of freedom)."""
+@dataclasses.dataclass(frozen=True)
+class LogChange:
+    """log(current / base) from two independent log estimates: its standard error and Welch-
+    Satterthwaite degrees of freedom, an interval, and one-sided tests against a bound."""
+
+    log_ratio: float
+    se: float
+    df: float
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log_ratio)
+
+    def interval(self, level: float = LEVEL) -> tuple[float, float]:
+        """The change's `level` interval on the ratio scale."""
+        if self.se <= 0:
+            return self.ratio, self.ratio
+        half = float(stats.t.ppf(0.5 + level / 2, self.df)) * self.se
+        return math.exp(self.log_ratio - half), math.exp(self.log_ratio + half)
+
+    def p_above(self, bound: float) -> float:
+        """One-sided p against "the change is at most `bound`" (a ratio): small when it is above."""
+        if self.se <= 0:
+            return 0.0 if self.ratio > bound else 1.0
+        return float(stats.t.sf((self.log_ratio - math.log(bound)) / self.se, self.df))
+
+    def p_below(self, bound: float) -> float:
+        """One-sided p against "the change is at least `bound`": small when it is below."""
+        if bound <= 0:
+            return 1.0  # no ratio lies below 0
+        if self.se <= 0:
+            return 0.0 if self.ratio < bound else 1.0
+        return float(stats.t.sf((math.log(bound) - self.log_ratio) / self.se, self.df))
+
+
+def log_change(base: Interval, current: Interval) -> LogChange:
+    """current / base in logs, from two independent estimates."""
     d = math.log(current.value) - math.log(base.value)
     variance = base.log_se**2 + current.log_se**2
     if variance <= 0:
-        return math.exp(d), math.exp(d), math.exp(d), 0.0 if d else 1.0
+        return LogChange(d, 0.0, math.inf)
     df = variance**2 / (base.log_se**4 / max(base.df, 1e-9) + current.log_se**4 / max(current.df, 1e-9))
-    se = math.sqrt(variance)
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
-    p = float(2 * stats.t.sf(abs(d) / se, df))
-    return math.exp(d), math.exp(d - half), math.exp(d + half), p
+    return LogChange(d, math.sqrt(variance), df)
+
+
+def difference(base: Interval, current: Interval, level: float = LEVEL) -> tuple[float, float, float, float]:
+    """current / base on the ratio scale: (ratio, low, high, two-sided p that it is 1), from the
+    two independent log estimates (Welch-Satterthwaite degrees of freedom)."""
+    change = log_change(base, current)
+    low, high = change.interval(level)
+    return change.ratio, low, high, min(1.0, 2 * min(change.p_above(1.0), change.p_below(1.0)))
 
 
 def holm(p_values: list[float]) -> list[float]:

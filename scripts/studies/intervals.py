@@ -183,21 +183,23 @@ def warmup_figures(folder: Path) -> dict[str, Any]:
     }
 
 
-def compare_pairs(baselines: list[Path], currents: list[Path], same: bool) -> list[dict[str, Any]]:
-    from dstbench.gates.compare import compare_runs, load_side
+def compare_pairs(baselines: list[Path], currents: list[Path], same: bool, threshold: float = 10.0) -> list[dict[str, Any]]:
+    from dstbench.gates.compare import compare_runs
+    from dstbench.gates.sides import load_side
 
     out = []
     for base, cur in itertools.product(baselines, currents):
         if same and base == cur:
             continue
-        comparison = compare_runs(load_side(base), load_side(cur))
+        comparison = compare_runs(load_side(base), load_side(cur), time_threshold=threshold)
         verdicts = {c.case: c.time.verdict for c in comparison.cases if c.time is not None}
         out.append({
             "baseline": base.name, "current": cur.name,
             "regressions": sorted(c for c, v in verdicts.items() if v == "regression"),
             "improvements": sorted(c for c, v in verdicts.items() if v == "improvement"),
             "inconclusive": sorted(c for c, v in verdicts.items() if v == "inconclusive"),
-            "gated": sum(1 for v in verdicts.values() if v != "not gated"),
+            "unchanged": sorted(c for c, v in verdicts.items() if v == "unchanged"),
+            "gated": len(verdicts),
         })
     return out
 
@@ -217,20 +219,25 @@ def planted_cases(run_dir: Path) -> set[str]:
     }
 
 
-def gate_figures(root: Path, quiet: str, planted: str, prefix: str) -> dict[str, Any]:
+def gate_figures(root: Path, quiet: str, planted: str, prefix: str, threshold: float = 10.0) -> dict[str, Any]:
     """A/A between the quiet runs of `root/quiet`; power: each run of `root/planted` against a
-    different quiet run."""
+    different quiet run; `dstbench compare` at its defaults but `--time-threshold threshold`."""
     out: dict[str, Any] = {}
     after = runs_in(root / quiet)
     if len(after) >= 2:
-        pairs = compare_pairs(after, after, same=True)
-        out[f"{prefix}aa"] = {"pairs": len(pairs), "false": sum(bool(p["regressions"] or p["improvements"]) for p in pairs), "detail": pairs}
+        pairs = compare_pairs(after, after, same=True, threshold=threshold)
+        out[f"{prefix}aa"] = {
+            "pairs": len(pairs), "time_threshold": threshold,
+            "false": sum(bool(p["regressions"] or p["improvements"]) for p in pairs),
+            "inconclusive": sum(len(p["inconclusive"]) for p in pairs), "unchanged": sum(len(p["unchanged"]) for p in pairs),
+            "gated": sum(p["gated"] for p in pairs), "detail": pairs,
+        }
     if (root / planted).is_dir() and after:
         runs = runs_in(root / planted)
-        trials = [compare_pairs([after[i % len(after)]], [p], same=False)[0] for i, p in enumerate(runs)]
+        trials = [compare_pairs([after[i % len(after)]], [p], same=False, threshold=threshold)[0] for i, p in enumerate(runs)]
         slowed = planted_cases(runs[0]) if runs else set()
         out[f"{prefix}power"] = {
-            "trials": len(trials), "slowdown": 0.15, "planted_cases": sorted(slowed),
+            "trials": len(trials), "slowdown": 0.15, "time_threshold": threshold, "planted_cases": sorted(slowed),
             "caught": sum(slowed <= set(t["regressions"]) for t in trials),
             "only_planted": sum(set(t["regressions"]) <= slowed and not t["improvements"] for t in trials),
             "detail": trials,
@@ -248,6 +255,8 @@ def analyse(args: argparse.Namespace) -> None:
             study[name] = {**rerun_figures(root / name, old), **warmup_figures(root / name), "wall_s": walls(root / name)}
     for prefix, (quiet, planted) in (("", ("after", "planted")), ("gate_", ("gate", "gate-planted"))):
         study.update(gate_figures(root, quiet, planted, prefix))
+    # The gating suite at a 5% band too: a planted 15% lies 5% beyond a 10% band, 10% beyond a 5% one.
+    study.update(gate_figures(root, "gate", "gate-planted", "gate5_", threshold=5.0))
     text = json.dumps(study, indent=2) + "\n"
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
