@@ -88,10 +88,16 @@ def run_suite(
 
 
 def load_run(path: str | Path) -> Run:
-    """A run folder (one with a `results.jsonl`); `RunDirError` when it is not one."""
-    from dstbench.results.run_folder import require_results
+    """A run folder (one with a `results.jsonl`); `RunDirError` when it is not one. A run still
+    being written (another process holds its lock) is read, with a warning that says so."""
+    import warnings
+
+    from dstbench.results.run_folder import require_results, still_being_written
 
     (run_dir,) = require_results([path])
+    writing = still_being_written(run_dir)
+    if writing:
+        warnings.warn(f"{writing}: what it holds may still change", stacklevel=2)
     return Run(run_dir)
 
 

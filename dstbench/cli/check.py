@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from dstbench.cli.common import Commands, add_command
-from dstbench.results.run_folder import RunDirError, require_results
+from dstbench.results.run_folder import RunDirError, require_results, still_being_written
 from dstbench.util.exitcodes import EXIT_USAGE
 from dstbench.util.files import RESULTS_FILE
 from dstbench.util.text import clip
@@ -89,6 +89,9 @@ def main(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE
+    writing = still_being_written(args.run_dir)
+    if writing:
+        console.print(f"warning: {writing}: what it holds may still change", style="yellow", highlight=False, markup=False)
     try:
         return print_run_summary(Path(args.run_dir), console, allow_incomplete=args.allow_incomplete)
     except SuiteError as exc:

@@ -28,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     try:
         require("dstbench export", "pytest_benchmark")
-        require_results([run_dir])
+        require_results([run_dir], finished=True)
     except (RunDirError, MissingExtra) as exc:
         print(f"dstbench export: {exc}" if isinstance(exc, RunDirError) else str(exc), file=sys.stderr)
         return EXIT_USAGE

@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
     from dstbench.results.record import iter_results
 
     try:
-        require_results(args.run_dirs)
+        require_results(args.run_dirs, finished=True)
     except RunDirError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from dstbench.cli.common import Commands, add_command
-from dstbench.results.run_folder import RunDirError, require_results
+from dstbench.results.run_folder import RunDirError, require_results, still_being_written
 from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
 from dstbench.util.files import output_file_problem
 
@@ -39,6 +39,8 @@ def main(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
+    for text in filter(None, map(still_being_written, run_dirs)):
+        print(f"warning: {text}: its figures may still change", file=sys.stderr)
     problems = [output_file_problem(p, o, run_dirs) for o, p in (("--html", args.html), ("--markdown", args.markdown)) if p]
     if any(problems):
         print("\n".join(p for p in problems if p), file=sys.stderr)

@@ -8,13 +8,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dstbench.results.record import iter_results
 from dstbench.results.replicates import stored_seed
-from dstbench.results.run_folder import RunDirError, load_run_meta, require_results
+from dstbench.results.run_folder import RunDirError, load_run_meta, require_results, stored_suite
 from dstbench.suite.cases import case_id, case_key
-from dstbench.util.files import RESULTS_FILE, SUITE_FILE
+from dstbench.util.files import RESULTS_FILE
 
 # What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
 # and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
@@ -81,7 +79,7 @@ def load_side(path: str | Path) -> Side:
     if not path.is_dir():
         raise CompareInputError(f"{path}: not a run folder")
     try:
-        require_results([path])
+        require_results([path], finished=True)
         meta = load_run_meta(path, required=True)
     except RunDirError as exc:
         raise CompareInputError(str(exc)) from None
@@ -96,11 +94,7 @@ def load_side(path: str | Path) -> Side:
 
 def recorded_timing(path: Path) -> dict[str, Any]:
     """The `timing` section of the run folder's suite.yaml ({} without a readable one)."""
-    try:
-        suite = yaml.safe_load((path / SUITE_FILE).read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return {}
-    timing = suite.get("timing") if isinstance(suite, dict) else None
+    timing = stored_suite(path).get("timing")
     return timing if isinstance(timing, dict) else {}
 
 

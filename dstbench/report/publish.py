@@ -9,7 +9,8 @@ A published run folder is itself a run folder, so runs published earlier stay li
 are added. publish never deletes or replaces what it did not write (`dstbench.report.site_manifest`):
 a run published again from the same folder replaces its own copies; another run of the same name
 gets a suffix. Only regular files inside a run folder are copied (never through a symbolic link).
-Every link is relative. The command is `dstbench.cli.publish`.
+Every link is relative. Publishes into one site take turns (a lock on the site folder). The
+command is `dstbench.cli.publish`.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from dstbench.results.expectations import run_outcomes
 from dstbench.results.derive import derive, headline, load_frame
 from dstbench.report.headline import choose_reference
 from dstbench.report.history import SiteRun, suite_histories
-from dstbench.report.site_manifest import SITE_PAGES, PublishedRun, load_manifest, remove_published
+from dstbench.report.site_manifest import SITE_PAGES, PublishedRun, SiteError, load_manifest, remove_published
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
+from dstbench.util.dirlock import FolderLock
 from dstbench.util.files import RESULTS_FILE, RUN_FILES, slug, write_atomic
 
 LINKED_FILE_KEYS = ("trace", "memory_snapshot")  # fields of a result line's `profile`
@@ -120,15 +122,34 @@ def write_run_page(run_dir: Path) -> None:
     write_atomic(run_dir / "index.html", render_html(page))
 
 
-def publish(run_dirs: list[str | Path], site: str | Path) -> Path:
+# How long a publish waits for another one into the same site before it gives up.
+SITE_LOCK_TIMEOUT_S = 600.0
+
+
+def publish(run_dirs: list[str | Path], site: str | Path, *, wait_s: float = SITE_LOCK_TIMEOUT_S) -> Path:
     """Add `run_dirs` to the site at `site` (created if needed); returns its index.html.
-    `SiteError` before anything is written when the site holds what publish did not write."""
+    `SiteError` before anything is written when the site holds what publish did not write, or when
+    another publish into it has not finished within `wait_s`. Publishes into one site run one at a
+    time (a lock on the site folder, `dstbench.util.dirlock`): each reads the manifest the last one
+    left, so concurrent publishes end with every run listed."""
     site = Path(site)
+    site.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(site)
+    if not lock.acquire(timeout_s=wait_s, poll_s=0.1):
+        raise SiteError(f"--site: another dstbench publish into {site} did not finish within {wait_s:g} s; try again")
+    try:
+        return _publish([Path(d) for d in run_dirs], site)
+    finally:
+        lock.release()
+
+
+def _publish(run_dirs: list[Path], site: Path) -> Path:
+    """`publish` under the site's lock."""
     manifest = load_manifest(site)
     runs_root = site / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
-    for source in [Path(d) for d in run_dirs]:
+    for source in run_dirs:
         name = manifest.name_for(source, runs_root, taken, slug(source.resolve().name))
         taken.add(name)
         dest = runs_root / name

@@ -12,10 +12,11 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any, Iterable, TextIO
+from typing import Any, Iterable
 
 import yaml
 
+from dstbench.util.dirlock import FolderLock, held_by_another
 from dstbench.util.files import LOCK_FILE, RESULTS_FILE, RUN_FILE, SUITE_FILE, open_no_follow
 
 
@@ -66,12 +67,17 @@ def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, A
     return meta
 
 
-def require_results(run_dirs: Iterable[str | Path]) -> list[Path]:
-    """The folders as paths; `RunDirError` naming every one without a `results.jsonl`."""
+def require_results(run_dirs: Iterable[str | Path], *, finished: bool = False) -> list[Path]:
+    """The folders as paths; `RunDirError` naming every one without a `results.jsonl`, and with
+    `finished` every one a run is still writing (compare, publish and export judge or copy a run
+    whose lines are final)."""
     paths = [Path(d) for d in run_dirs]
     missing = [str(p) for p in paths if not (p / RESULTS_FILE).is_file()]
     if missing:
         raise RunDirError(f"no {RESULTS_FILE} in: {', '.join(missing)}")
+    writing = [text for p in paths if finished and (text := still_being_written(p))]
+    if writing:
+        raise RunDirError("; ".join(writing) + ": wait for it to finish (or stop it), then try again")
     return paths
 
 
@@ -93,61 +99,74 @@ def run_reference(run_dir: str | Path) -> str | None:
 
 
 class RunLock:
-    """The one writer of a run folder: an exclusive `flock` on `RUN_DIR/.lock`, which also records
-    who holds it (pid, host, start). The kernel drops the lock when its holder dies however it
-    dies, so a lock file left by a dead process is simply taken over. `RunDirError` (exit 2) names
-    the holder when another process has it."""
+    """The one writer of a run folder: an exclusive `flock` on the run folder itself
+    (`dstbench.util.dirlock`), so deleting a file cannot let a second writer in; `RUN_DIR/.lock`
+    records who holds it (pid, host, start) for the message a second writer gets. The kernel drops
+    the lock when its holder dies however it dies, so a lock file left by a dead process is simply
+    taken over. `RunDirError` (exit 2) names the holder when another process has it."""
 
     def __init__(self, run_dir: str | Path | None = None) -> None:
         self.path = Path(run_dir) / LOCK_FILE if run_dir is not None else None
-        self._handle: TextIO | None = None
+        self._folder: FolderLock | None = None
 
     def acquire(self, run_dir: str | Path | None = None) -> "RunLock":
         """Take the lock of `run_dir` (default: the folder given at construction)."""
-        import fcntl
-
         if run_dir is not None:
             self.path = Path(run_dir) / LOCK_FILE
         if self.path is None:
             raise ValueError("RunLock.acquire: no run folder given")
+        folder = FolderLock(self.path.parent)
+        if not folder.acquire():
+            raise RunDirError(
+                f"{self.path.parent} is being written by another dstbench run ({lock_holder(self.path.parent)}); "
+                "wait for it to finish or stop it, then resume"
+            )
         try:
-            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
+            fd = open_no_follow(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         except OSError as exc:
+            folder.release()
             if exc.errno == errno.ELOOP:
                 raise RunDirError(f"{self.path} is a symbolic link: dstbench never writes through one; remove it") from None
             raise
-        handle = os.fdopen(fd, "r+", encoding="utf-8")
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read(500).strip() or "unknown"
-            handle.close()
-            raise RunDirError(
-                f"{self.path.parent} is being written by another dstbench run ({_describe_holder(holder)}); "
-                "wait for it to finish or stop it, then resume"
-            ) from None
-        except OSError:
-            handle.close()
-            raise
-        handle.seek(0)
-        handle.truncate()
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n")
-        handle.flush()
-        self._handle = handle
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n")
+        self._folder = folder
         return self
 
     def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing drops the flock; the file stays, free for the next run
-            self._handle = None
+        if self._folder is not None:
+            self._folder.release()  # the .lock file stays, free for the next run
+            self._folder = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def lock_holder(run_dir: str | Path) -> str:
+    """Who holds a run folder's lock, as its .lock file says ("unknown" when it says nothing)."""
+    try:
+        fd = open_no_follow(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return "unknown"
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as handle:
+        text = handle.read(500).strip() if os.fstat(handle.fileno()).st_size < 4096 else ""
+    return _describe_holder(text) if text else "unknown"
+
+
+def being_written(run_dir: str | Path) -> str | None:
+    """"pid N on HOST, since T" when another process holds the run folder's writer lock (a run
+    still writing it), else None."""
+    return lock_holder(run_dir) if held_by_another(run_dir) else None
+
+
+def still_being_written(run_dir: str | Path) -> str:
+    """The sentence readers print for a run folder another process is writing ('' when none is)."""
+    holder = being_written(run_dir)
+    return f"{run_dir} is still being written by a dstbench run ({holder})" if holder else ""
 
 
 def _describe_holder(text: str) -> str:
