@@ -50,6 +50,7 @@ def run_suite(
     device: str | None = None,
     resume: bool | str | Path | None = None,
     retry_failed: bool = False,
+    allow_other_machine: bool = False,
     raise_on_failure: bool = True,
     progress: bool = True,
 ) -> Run:
@@ -57,8 +58,9 @@ def run_suite(
 
     `overrides` set suite keys before validation (`--set`), `only` selects method labels, `densities`
     densities, `device` overrides the suite's; `resume` continues a run folder (True: the newest run of
-    this suite under `out`). An unusable suite or selection raises `SuiteError` before anything is
-    written. A run whose every case failed measured nothing: it raises `RunFailed` (naming each case
+    this suite under `out`); a run folder holding lines timed on another machine (host, CPU model,
+    device, torch) is refused unless `allow_other_machine`, which times their groups again here. An
+    unusable suite or selection raises `SuiteError` before anything is written. A run whose every case failed measured nothing: it raises `RunFailed` (naming each case
     and the line of its error the terminal shows) unless `raise_on_failure=False`. Some cases
     failed: the run is returned and a warning names them (`Run.check()` does not pass); failed
     expectations do not raise. Progress goes to stderr, as `dstbench run` prints it
@@ -75,6 +77,7 @@ def run_suite(
     run_dir = _run_suite(
         suite, out=out, overrides=overrides, only=only, densities=densities, device=device,
         resume=str(resume) if isinstance(resume, Path) else resume, retry_failed=retry_failed, console=console,
+        allow_other_machine=allow_other_machine,
     )
     run = Run(Path(run_dir))
     lines = run.lines()

@@ -47,7 +47,8 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--top1-threshold", type=float, default=1.0, metavar="PP",
                    help="top-1 change, in percentage points, that counts when seed noise cannot explain it")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
-    p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version is an error (exit 2); an inconclusive case fails (exit 1)")
+    p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version, host, thread count or OpenMP setting "
+                   "is an error (exit 2); an inconclusive case fails (exit 1)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
     p.set_defaults(func=main)
 

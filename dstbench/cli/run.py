@@ -33,6 +33,11 @@ def add_parser(commands: Commands) -> None:
         "--retry-failed", action="store_true",
         help="with --resume: also time again the cases whose line is not ok (failed, oom, timeout), with their groups",
     )
+    p.add_argument(
+        "--allow-other-machine", action="store_true",
+        help="with --resume: a run folder holding lines timed on another machine (host, CPU model, device, torch) "
+        "is refused; this times every group holding such a line again here instead",
+    )
     p.add_argument("--dry-run", action="store_true", help="validate the suite and list the cases it would run; write nothing")
     p.add_argument("--html", metavar="FILE", help="also write the run's HTML report (as `dstbench report --html`)")
     p.add_argument("--markdown", metavar="FILE", help="also write the run's Markdown report")
@@ -138,11 +143,12 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a malformed --set
         console.print(clip(f"--set {exc}", 1000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
-    if args.retry_failed and not args.resume:
-        console.print("--retry-failed: only with --resume (a new run has no failed cases)", style="red", highlight=False, markup=False)
-        return EXIT_USAGE
+    for flag, given in (("--retry-failed", args.retry_failed), ("--allow-other-machine", args.allow_other_machine)):
+        if given and not args.resume:
+            console.print(f"{flag}: only with --resume (a new run has no lines yet)", style="red", highlight=False, markup=False)
+            return EXIT_USAGE
     selection = dict(out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
-                     overrides=overrides, retry_failed=args.retry_failed)
+                     overrides=overrides, retry_failed=args.retry_failed, allow_other_machine=args.allow_other_machine)
     try:
         if args.dry_run:
             print_plan(plan_run(args.suite, **selection))

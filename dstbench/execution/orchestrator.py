@@ -44,6 +44,7 @@ from dstbench.execution.progress import RunProgress
 from dstbench.results.record import CaseResult, append_result, iter_results, replace_results
 from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, output_place_problem, slug, write_atomic
+from dstbench.execution.resume_machine import machine_differences, other_machine_lines, refusal, this_machine
 from dstbench.execution.rounds import GroupRun, run_groups
 from dstbench.suite.loading import SuiteError, load_suite
 
@@ -199,18 +200,22 @@ def _latest_lines(run_dir: Path, suite: SuiteConfig, ok_only: bool = False) -> d
 
 
 def write_group(
-    run_dir: Path, suite: SuiteConfig, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False
+    run_dir: Path, suite: SuiteConfig, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False,
+    here: dict[str, Any] | None = None,
 ) -> list[CaseResult]:
     """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
     from a group) merges with its line from the other groups, less what an earlier timing of this
     group left; a group timed again replaces its old lines; other lines are appended. Lines are
     keyed as `suite`'s cases are (`run_line_key`), so each seed's line is its own. `written`: the
     ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
-    replaced, never merged."""
+    replaced, never merged; so is a line timed on another machine than `here` (`--allow-other-machine`)."""
     key = run_line_key(suite)
     every_line = _latest_lines(run_dir, suite)
     # The lines a new timing merges with: with --retry-failed a failed old line is replaced whole.
-    lines = {case: line for case, line in every_line.items() if not retry_failed or line.get("status") == "ok"}
+    lines = {
+        case: line for case, line in every_line.items()
+        if (not retry_failed or line.get("status") == "ok") and not (here and machine_differences(line, here))
+    }
     results = []
     for result in timed.results:
         result_key = key({"case_id": result.case_id, "seed": result.seed})
@@ -237,12 +242,12 @@ def write_group(
 
 def run_cases(
     suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
-    launcher: Any = None, shared: set[str] | None = None, retry_failed: bool = False,
+    launcher: Any = None, shared: set[str] | None = None, retry_failed: bool = False, here: dict[str, Any] | None = None,
 ) -> list[CaseResult]:
     """Time the groups (one after another, or as the launcher places them: `schedule_groups`),
     reporting progress (`dstbench.execution.progress`); write each group's lines as it ends and print one
     line per case. `shared`: the cases that belong to several groups of the
-    whole plan (default: of `groups`)."""
+    whole plan (default: of `groups`). `here`: this machine (`this_machine`), whose lines alone merge."""
     launcher = launcher or make_launcher(suite.launcher)
     shared = shared_cases(groups) if shared is None else shared
     cases = cases_of(groups)
@@ -264,7 +269,7 @@ def run_cases(
         # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
         with contextlib.closing(schedule_groups(launcher, groups, tasks, progress_for, suite.reference)) as timed_groups:
             for timed in timed_groups:
-                written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed)
+                written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed, here)
                 for result in written:
                     result_key = key({"case_id": result.case_id, "seed": result.seed})
                     progress.case_finished(result_key, result, count=result_key not in counted)
@@ -293,9 +298,12 @@ def plan_run(
     densities: list[float] | None = None,
     overrides: dict[str, Any] | None = None,
     retry_failed: bool = False,
+    allow_other_machine: bool = False,
 ) -> RunPlan:
     """Validate the suite (with `overrides` and `device`) and the selection, and list the cases;
-    writes nothing. Raises `SuiteError` when any of it is unusable."""
+    writes nothing. Raises `SuiteError` when any of it is unusable, or when the run to resume holds
+    lines timed on another machine (unless `allow_other_machine`: their groups are then planned
+    again: `dstbench.execution.resume_machine`)."""
     suite_path = Path(suite_path)
     overrides = dict(overrides or {})
     if device:
@@ -315,9 +323,13 @@ def plan_run(
     problems = launcher.preflight(suite)
     if problems:
         raise SuiteError(str(suite_path), problems)
+    lines = _latest_lines(run_dir, suite, ok_only=retry_failed) if run_dir else {}
+    foreign = other_machine_lines(lines, this_machine(suite.device)) if run_dir else {}
+    if foreign and not allow_other_machine:
+        raise SuiteError(str(suite_path), [("--resume", refusal(run_dir, foreign))])
     return make_plan(
         suite, suite_path, overrides, only=only, densities=densities, can_interleave=launcher.interleaves,
-        launcher=launcher, run_dir=run_dir, lines=_latest_lines(run_dir, suite, ok_only=retry_failed) if run_dir else {},
+        launcher=launcher, run_dir=run_dir, lines={k: v for k, v in lines.items() if k not in foreign},
     )
 
 
@@ -336,6 +348,7 @@ def run_suite(
     overrides: dict[str, Any] | None = None,
     console: Console | None = None,
     retry_failed: bool = False,
+    allow_other_machine: bool = False,
 ) -> Path:
     """Run a suite (or the missing cases of an earlier run) and return its run folder.
 
@@ -346,7 +359,7 @@ def run_suite(
     console = console or Console(stderr=True, soft_wrap=True)
     plan = plan_run(
         suite_path, out=out, device=device, resume=resume, only=only, densities=densities, overrides=overrides,
-        retry_failed=retry_failed,
+        retry_failed=retry_failed, allow_other_machine=allow_other_machine,
     )
     suite, suite_path, cases = plan.suite, plan.suite_path, plan.cases
     lock = RunLock()
@@ -356,14 +369,21 @@ def run_suite(
         # unfinished run from one that selected fewer cases (dstbench.results.coverage).
         record_cases(run_dir, planned_cases(plan.all_cases), [c.key for c in cases])
         shared = plan.shared
-        todo_groups = pending_groups(plan.groups, _latest_lines(run_dir, suite, ok_only=retry_failed), shared)  # again, under the lock
+        here = this_machine(suite.device)
+        kept = _latest_lines(run_dir, suite, ok_only=retry_failed)  # again, under the lock
+        foreign = other_machine_lines(kept, here)
+        if foreign and not allow_other_machine:
+            raise SuiteError(str(suite_path), [("--resume", refusal(run_dir, foreign))])
+        if foreign:
+            console.print(f"timing again here every group holding a line from another machine: {', '.join(sorted(foreign))}")
+        todo_groups = pending_groups(plan.groups, {k: v for k, v in kept.items() if k not in foreign}, shared)
         todo = cases_of(todo_groups)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
         try:
             run_cases(
                 suite, suite_path, run_dir, todo_groups, console, resume=bool(resume), launcher=plan.launcher, shared=shared,
-                retry_failed=retry_failed,
+                retry_failed=retry_failed, here=here,
             )
         except (KeyboardInterrupt, Terminated) as stop:
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait

@@ -15,9 +15,13 @@ from dstbench.suite.cases import case_id, case_key
 from dstbench.util.files import RESULTS_FILE
 
 # What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
-# and timm (it builds the model, so a new release can change the byte counts the memory gate checks).
+# and timm (it builds the model, so a new release can change the byte counts the memory gate checks);
+# and what moves CPU step times: the host's CPU, the host itself, the intra-op threads and OpenMP's
+# thread count and waiting policy (severalfold on shared cores).
 ENV_KEYS = (
     ("device_type", "device"), ("device_name", "GPU/CPU model"), ("torch", "torch version"), ("timm", "timm version"),
+    ("cpu_model", "CPU model"), ("hostname", "host"), ("threads", "intra-op threads"),
+    ("OMP_NUM_THREADS", "OMP_NUM_THREADS"), ("OMP_WAIT_POLICY", "OMP_WAIT_POLICY"),
 )
 
 # How a run's segments were timed: what moves a time without changing the case. The last two are in
@@ -121,4 +125,8 @@ def run_env(side: Side) -> dict[str, str]:
 
 def env_differences(baseline: Side, current: Side) -> list[str]:
     base, cur = run_env(baseline), run_env(current)
-    return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if base[key] != cur[key]]
+    differ = [key for key, _ in ENV_KEYS if base[key] != cur[key]]
+    # On a CPU the device is the CPU: one line says it.
+    if "device_name" in differ and (base["cpu_model"], cur["cpu_model"]) == (base["device_name"], cur["device_name"]):
+        differ.remove("cpu_model")
+    return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if key in differ]

@@ -33,7 +33,8 @@ COLLECT_ENV_FILE = "collect_env.txt"
 COLLECT_ENV_SWITCH = "DSTBENCH_COLLECT_ENV"  # "0": write no collect_env.txt (the test suite's runs)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU model name (/proc/cpuinfo's "model name", else what platform says)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -162,7 +163,7 @@ def host_env() -> dict[str, Any]:
         "torchvision": _version("torchvision"),
         "timm": _version("timm"),
         "dstbench": _version("dstbench"),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         # OpenMP's waiting policy and thread count change CPU step times severalfold on shared cores.

@@ -138,3 +138,51 @@ def test_concurrent_publishes_into_one_site_list_every_run(tmp_path: Path) -> No
         assert all(f"runs/run{letter}/index.html" in index for letter in "ABC")
         # The site is whole: the next publish into it works.
         assert main(["publish", str(runs[0]), "--site", str(site)]) == 0
+
+
+# --- --resume on another machine ------------------------------------------------------------------
+
+
+def _as_other_machine(run_dir: Path) -> None:
+    """Rewrite the run's lines as if another host with another CPU had timed them."""
+    path = run_dir / "results.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for line in lines:
+        line["env"] = {**line["env"], "hostname": "elsewhere", "cpu_model": "Other CPU 9000"}
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_resume_over_another_machines_lines_is_refused_or_timed_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Density 0.5 timed 'elsewhere', then the run resumed here for 0.1: refused (exit 2, naming
+    the host and CPU); with --allow-other-machine every group holding such a line (0.5's, and 0.1's,
+    which holds dense) is timed again here, and dense's line holds this machine's segments only."""
+    from tests.faults.test_data_safety import suite_file
+
+    path = suite_file(tmp_path, methods=["dense", "static"], densities=[0.5, 0.1])
+    out = tmp_path / "runs"
+    assert main(["run", str(path), "--out", str(out), "--density", "0.5"]) == 0
+    (run_dir,) = out.iterdir()
+    _as_other_machine(run_dir)
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(out), "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "holds lines timed on another machine (CPU model: Other CPU 9000, here" in err and "host: elsewhere, here" in err
+    assert "dense@1" in err and "static@0.5" in err
+    assert main(["run", str(path), "--out", str(out), "--resume", str(run_dir), "--dry-run"]) == 2  # refused before anything runs
+    lines_before = (run_dir / "results.jsonl").read_text()
+    assert main(["run", str(path), "--out", str(out), "--resume", str(run_dir), "--allow-other-machine"]) == 0
+    assert "timing again here every group holding a line from another machine" in capsys.readouterr().err
+    lines = {x["case_id"]: x for x in dstbench.load_run(run_dir).lines()}
+    assert set(lines) == {"dense@1", "static@0.5", "static@0.1"}
+    assert all(x["env"]["hostname"] != "elsewhere" for x in lines.values())
+    old_groups = {g for x in map(json.loads, lines_before.splitlines()) for g in x.get("groups") or []}
+    assert not old_groups & set(lines["dense@1"]["groups"])
+    # dense has one segment set per density group, each timed here.
+    assert len(lines["dense@1"]["segment_ms"]) == 2 * len(lines["static@0.5"]["segment_ms"])
+
+
+def test_allow_other_machine_needs_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.faults.test_data_safety import suite_file
+
+    assert main(["run", str(suite_file(tmp_path)), "--allow-other-machine"]) == 2
+    assert "--allow-other-machine: only with --resume" in capsys.readouterr().err

@@ -495,6 +495,24 @@ def test_mismatched_environments_warn_and_fail_with_strict(tmp_path: Path, capsy
     assert "ERROR: torch version differs" in out
 
 
+def test_what_moves_cpu_times_is_an_environment_difference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another host, thread count or OpenMP setting: named (and an error under --strict); another CPU
+    is one line, not two (on a CPU the device is the CPU)."""
+    here = {**CPU_ENV, "hostname": "vm", "threads": 2, "OMP_NUM_THREADS": None, "OMP_WAIT_POLICY": None}
+    there = {**here, "hostname": "runner-7", "threads": 1, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    base, cur = _pair(tmp_path, [line("rigl", 0.1, env=here)], [line("rigl", 0.1, env=there)])
+    differences = compare_runs(load_side(base), load_side(cur)).env_differences
+    assert differences == [
+        "host differs: baseline vm, current runner-7", "intra-op threads differs: baseline 2, current 1",
+        "OMP_NUM_THREADS differs: baseline None, current 1", "OMP_WAIT_POLICY differs: baseline None, current PASSIVE",
+    ]
+    assert _compare(capsys, base, cur, "--strict")[0] == 2
+    other_cpu = {**here, "cpu_model": "Other CPU", "device_name": "Other CPU"}
+    base, cur = _pair(tmp_path / "cpu", [line("rigl", 0.1, env=here)], [line("rigl", 0.1, env=other_cpu)])
+    assert compare_runs(load_side(base), load_side(cur)).env_differences == [
+        "GPU/CPU model differs: baseline Test CPU, current Other CPU"]
+
+
 def test_different_device_is_detected(tmp_path: Path) -> None:
     base, cur = _pair(tmp_path, [line("rigl", 0.1)], [line("rigl", 0.1, env=GPU_ENV)])
     differences = compare_runs(load_side(base), load_side(cur)).env_differences
