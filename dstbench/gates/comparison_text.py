@@ -150,7 +150,12 @@ def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
     if code == EXIT_FAILED:
         parts = [f"{c.case} ({', '.join(c.regressions)})" for c in comparison.regressed]
         seeded = several_seeds(comparison.baseline, comparison.current)
-        parts += [f"{key_text(k, seeded=seeded)} (missing from the current run)" for k in comparison.missing]
+        missing = [key_text(k, seeded=seeded) for k in comparison.missing]
+        if len(missing) == 1:
+            parts.append(f"{missing[0]} (missing from the current run)")
+        elif missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            parts.append(f"{len(missing)} cases missing from the current run ({shown})")
         parts += [f"{t.case} (top-1 {_points(t.change, True)} pp)" for t in comparison.top1_regressed]
         if strict:
             parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]

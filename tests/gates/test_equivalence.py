@@ -201,6 +201,9 @@ def test_a_case_removed_from_the_current_run_fails(tmp_path: Path, capsys: pytes
     assert run_compare(capsys, str(QUIET_RUN), fewer, "--allow-missing")[0] == 0
     comparison = compare_runs(load_side(QUIET_RUN), load_side(fewer))
     assert [k[1] for k in comparison.missing] == ["barter"]
+    fewest = doctored(tmp_path, "fewest", lambda lines: [x for x in lines if x["method"] in ("dense", "set")])
+    code, out, _ = run_compare(capsys, str(QUIET_RUN), fewest)
+    assert code == 1 and "FAIL: 2 cases missing from the current run (barter@0.5, rigl@0.5)" in out
 
 
 def test_rounds_spread_50_percent_around_no_change_are_inconclusive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
