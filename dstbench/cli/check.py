@@ -66,6 +66,12 @@ def print_run_summary(
     if verdict.foreign_lines:
         say(clip(f"ERROR  {len(verdict.foreign_lines)} line(s) of another suite in this run folder, left out: "
                  f"line {', '.join(verdict.foreign_lines)}", 1000), "red")
+    if verdict.unusable_lines:
+        say(clip(f"ERROR  {run_dir / RESULTS_FILE}: " + ", ".join(f"line {x}" for x in verdict.unusable_lines)
+                 + ": unusable, left out of every figure", 1000), "red")
+    if verdict.duplicated:
+        say(clip(f"ERROR  {run_dir / RESULTS_FILE}: case(s) with more than one line (the last counts): "
+                 f"{', '.join(verdict.duplicated)}", 1000), "red")
     for warning in warnings:  # contended cases and implausible figures, named
         say(f"WARNING  {warning}", "yellow")
     styles = {"PASS": None, "FAIL": "red", "SKIPPED": "yellow"}

@@ -17,6 +17,7 @@ from dstbench.suite.cases import line_keys
 from dstbench.suite.plan import expand_cases
 from dstbench.suite.schema import SuiteConfig
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK
+from dstbench.util.files import RUN_FILE
 from dstbench.util.text import clip
 
 # `--only` and `--density` of a run: the cases its verdict covers.
@@ -34,6 +35,10 @@ class RunVerdict:
     coverage: Coverage | None
     incomplete_fails: bool  # incomplete, and that fails the run (see `judge_run`)
     foreign_lines: list[str]  # line numbers of another suite's lines, left out of everything
+    # "N (why)" of lines no reader uses (not JSON, wrong types, negative or non-finite times, an
+    # unknown schema: `dstbench.results.line_rule`), and "case (n lines)" of cases with several lines.
+    unusable_lines: list[str] = dataclasses.field(default_factory=list)
+    duplicated: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def failed_expectations(self) -> list[Outcome]:
@@ -41,7 +46,10 @@ class RunVerdict:
 
     @property
     def passed(self) -> bool:
-        return not (self.failed_expectations or self.failed_cases or self.incomplete_fails or self.foreign_lines)
+        return not (
+            self.failed_expectations or self.failed_cases or self.incomplete_fails or self.foreign_lines
+            or self.unusable_lines or self.duplicated
+        )
 
     @property
     def exit_code(self) -> int:
@@ -80,12 +88,19 @@ def judge_run(
     frame = load_frame([run_dir]) if frame is None else frame
     coverage = run_coverage(run_dir)
     suite, outcomes = check_run(run_dir, frame, coverage)
+    # Without run.json nothing records what was asked for, or the suite hash of the run's lines: the
+    # suite's cases are what was asked for, and its own hashes those of its lines.
+    without_meta = not (run_dir / RUN_FILE).exists()
     incomplete_fails = (
-        coverage is not None and not coverage.complete and selection is None and not allow_incomplete and coverage.recorded
+        coverage is not None and not coverage.complete and selection is None and not allow_incomplete
+        and (coverage.recorded or without_meta)
     )
+    hashes = (suite.setup_hash(), *(point.setup_hash() for _, point in suite.points)) if without_meta else ()
+    read = read_results(run_dir, hashes)
     case_ids = None if selection is None else [c.key for c in expand_cases(suite, *selection)]
     failed, judged = failed_case_list(frame, case_ids, seeded=suite.seeds is not None if case_ids is not None else None)
     return RunVerdict(
         suite=suite, expectations=outcomes, failed_cases=failed, cases_judged=judged, coverage=coverage,
-        incomplete_fails=incomplete_fails, foreign_lines=list(read_results(run_dir).foreign),
+        incomplete_fails=incomplete_fails, foreign_lines=list(read.foreign), unusable_lines=list(read.skipped),
+        duplicated=[f"{case} ({n} lines)" for case, n in read.duplicated.items()],
     )

@@ -23,11 +23,10 @@ import dataclasses
 import json
 import math
 import os
-import types
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator
 
 from dstbench.measure.trackers import TRACKERS
 from dstbench.measure.trackers.base import (
@@ -37,7 +36,8 @@ from dstbench.measure.trackers.noise import WARNINGS_OF_GROUPS
 from dstbench.suite.cases import line_key
 from dstbench.util.text import clip, short_repr
 from dstbench.results.run_folder import load_run_meta
-from dstbench.util.files import RESULTS_FILE, open_no_follow, write_atomic
+from dstbench.util.files import RESULTS_FILE, open_no_follow, open_regular, write_atomic
+from dstbench.results.line_rule import line_problem_of
 
 SCHEMA_VERSION = 1
 
@@ -293,52 +293,14 @@ def replace_results(
 
 
 # Fields a line must have for any reader to use it (the others are checked when present).
-REQUIRED_FIELDS = ("case_id", "method", "kind", "density", "status")
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether a JSON value fits a field's annotation, at the top level (JSON has no tuple, and
-    NaN was written as null, so list items are not checked here: `segment_samples` filters)."""
-    origin = typing.get_origin(hint)
-    if hint is Any:
-        return True
-    if origin in (Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
-    if hint in (str, bool):
-        return isinstance(value, hint)
-    if origin in (list, tuple) or hint in (list, tuple):
-        return isinstance(value, list)
-    if origin is dict or hint is dict:
-        return isinstance(value, dict)
-    return True
-
-
 _HINTS: dict[str, Any] = {}
 
 
 def line_problem(data: Any) -> str | None:
-    """Why a parsed result line cannot be used (not an object, a required field missing, a field
-    of the wrong type, a density outside (0, 1]), or None."""
-    if not isinstance(data, dict):
-        return "not a JSON object"
+    """Why a parsed result line cannot be used, or None (`dstbench.results.line_rule`)."""
     if not _HINTS:
         _HINTS.update(typing.get_type_hints(CaseResult))
-    missing = [key for key in REQUIRED_FIELDS if key not in data]
-    if missing:
-        return f"missing {', '.join(missing)}"
-    for key, value in data.items():
-        hint = _HINTS.get(key)
-        if hint is not None and not _matches(value, hint):
-            return f"{key} is {short_repr(value, 40)}"
-    if not 0.0 < data["density"] <= 1.0:
-        return f"density {data['density']} outside (0, 1]"
-    return None
+    return line_problem_of(data, _HINTS, SCHEMA_VERSION)
 
 
 _WARNED: set[tuple[Any, ...]] = set()
@@ -371,20 +333,24 @@ class ResultsRead:
         return parts
 
 
-def read_results(run_dir: Path) -> ResultsRead:
+def read_results(run_dir: Path, hashes: tuple[str, ...] = ()) -> ResultsRead:
     """Every line of `run_dir/results.jsonl`, sorted into usable ones and what was left out: a torn
     line of a run killed mid-write, text that is not JSON, a line whose fields have the wrong types
     (`line_problem`), a line of another suite hash than run.json records (never merged with the
     run's). A case with several lines (one case id and seed) keeps its last line, which stands
-    where that line stands; each seed of a case keeps its own."""
+    where that line stands; each seed of a case keeps its own. `hashes`: the suite's hash and its
+    points' for a folder whose run.json does not record them (`dstbench check` has the suite)."""
     meta = load_run_meta(run_dir)
     points = tuple(h for h in meta.get("point_hashes") or () if isinstance(h, str))
-    read = ResultsRead({}, [], {}, [], meta.get("suite_hash") or None, points)
+    suite_hash = meta.get("suite_hash") or None
+    if suite_hash is None and hashes:
+        suite_hash, points = hashes[0], tuple(hashes[1:])
+    read = ResultsRead({}, [], {}, [], suite_hash, points)
     path = Path(run_dir) / RESULTS_FILE
     if not path.exists():
         return read
     counts: dict[str, int] = {}
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_regular(path, errors="replace") as handle:  # a FIFO is refused, never waited on
         for number, text in enumerate(handle, 1):
             text = text.strip()
             if not text:

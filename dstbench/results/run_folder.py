@@ -17,7 +17,9 @@ from typing import Any, Iterable
 import yaml
 
 from dstbench.util.dirlock import FolderLock, held_by_another
-from dstbench.util.files import LOCK_FILE, RESULTS_FILE, RUN_FILE, SUITE_FILE, open_no_follow
+from dstbench.util.files import (
+    LOCK_FILE, RESULTS_FILE, RUN_FILE, RUN_FILES, SUITE_FILE, open_no_follow, read_regular_text, regular_file_problem,
+)
 
 
 class RunDirError(Exception):
@@ -43,12 +45,12 @@ def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, A
     will be written to must not lose what its run.json held)."""
     path = Path(run_dir) / RUN_FILE
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular_text(path))
     except FileNotFoundError:
         if required:
             raise RunDirError(f"{run_dir}: missing {RUN_FILE}") from None
         return {}
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         if required:
             raise RunDirError(f"{path}: unreadable ({exc})") from None
         return {}
@@ -72,6 +74,10 @@ def require_results(run_dirs: Iterable[str | Path], *, finished: bool = False) -
     `finished` every one a run is still writing (compare, publish and export judge or copy a run
     whose lines are final)."""
     paths = [Path(d) for d in run_dirs]
+    # A FIFO or a device where a run file belongs would block its reader forever: refused unopened.
+    irregular = [problem for p in paths for name in RUN_FILES if (problem := regular_file_problem(p / name))]
+    if irregular:
+        raise RunDirError("; ".join(irregular))
     missing = [str(p) for p in paths if not (p / RESULTS_FILE).is_file()]
     if missing:
         raise RunDirError(f"no {RESULTS_FILE} in: {', '.join(missing)}")
@@ -85,8 +91,8 @@ def stored_suite(run_dir: str | Path) -> dict[str, Any]:
     """The suite a run folder keeps, as plain data, read without validation (no torch, no data);
     {} when unreadable."""
     try:
-        data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        data = yaml.safe_load(read_regular_text(Path(run_dir) / SUITE_FILE))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, TextIO
 
 SUITE_FILE = "suite.yaml"
 RUN_FILE = "run.json"
@@ -108,6 +109,42 @@ def output_file_problem(path: str | Path, option: str, inputs: Iterable[str | Pa
                 return f"{option}: {parent} is a file, not a folder"
             break
     return output_place_problem(path, option, inputs)
+
+
+class NotRegularFile(OSError):
+    """A run file that is a FIFO, a device or a folder: reading it could block forever."""
+
+
+def regular_file_problem(path: str | Path) -> str | None:
+    """"PATH: not a regular file (a FIFO)" when `path` exists (through links) and is not a regular
+    file; None for a regular file or nothing there. Never opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+    return f"{path}: not a regular file ({kind}); a run file must be one"
+
+
+def open_regular(path: str | Path, errors: str = "strict") -> TextIO:
+    """`path` opened for reading as UTF-8 text, refused (`NotRegularFile`) unless it is a regular
+    file: opened without blocking, checked on the open descriptor, so nothing can swap it between."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(regular_file_problem(path) or f"{path}: not a regular file")
+        return os.fdopen(fd, "r", encoding="utf-8", errors=errors)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_text(path: str | Path, errors: str = "strict") -> str:
+    """The text of a regular file (`open_regular`)."""
+    with open_regular(path, errors) as handle:
+        return handle.read()
 
 
 def open_no_follow(path: str | Path, flags: int, mode: int = 0o644) -> int:

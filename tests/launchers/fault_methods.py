@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,18 @@ class FaultOOM(Method):
 
     def train_segment(self, batches: Any, steps: int) -> Any:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+@register_method("fault_exit", kind="masked")
+class FaultExit(Method):
+    """Calls sys.exit during training, as a script's code might."""
+
+    @dataclasses.dataclass
+    class Params:
+        code: int = 0
+
+    def train_segment(self, batches: Any, steps: int) -> Any:
+        sys.exit(self.params.code)
 
 
 @register_method("fault_error", kind="masked")

@@ -1,6 +1,10 @@
 """Run cases in the calling process: the same session protocol as a case process, without the
 process (tests, debugging). Interleaved cases are objects side by side; no time-out.
 
+A case's code that calls `sys.exit` (SystemExit) fails its case as `crash`, as a case process that
+exits does; `os._exit` cannot be caught in a process and ends the whole run here: run such methods
+with the subprocess launcher (the default).
+
 Peaks and energy are per process (the allocator's and RSS high-water marks, the GPU's energy
 counter), so a case that was alive beside others here cannot have its own: its line leaves them
 unmeasured and says why in `warnings`. Time, exact byte counts and FLOPs are per case as usual.
@@ -9,9 +13,10 @@ unmeasured and says why in `warnings`. Time, exact byte counts and FLOPs are per
 from __future__ import annotations
 
 import os
+import traceback
 from typing import Any, Callable
 
-from dstbench.execution.case_setup import CaseTask, Progress
+from dstbench.execution.case_setup import CaseTask, Progress, failed_result
 from dstbench.execution.launchers.base import Launcher, register_launcher
 from dstbench.execution.launchers.inprocess.config import InProcessConfig
 from dstbench.results.record import CaseResult
@@ -43,6 +48,10 @@ class InProcessCase:
                 self.failed = failure(self.task, exc)
                 self.session.close()
                 return None
+            except SystemExit as exc:  # the case's code exited: its case crashed, not the run
+                self.failed = exited(self.task, exc)
+                self.session.close()
+                return None
 
     def start(self) -> None:
         for other in self.live:
@@ -53,6 +62,9 @@ class InProcessCase:
             self.session = CaseSession(self.task, self.progress)
         except Exception as exc:
             self.failed = failure(self.task, exc)
+            return
+        except SystemExit as exc:
+            self.failed = exited(self.task, exc)
             return
         self.ready = self._call(self.session.open)
 
@@ -76,6 +88,16 @@ class InProcessCase:
             self.live.remove(self)
         if self.session is not None:
             self.session.close()
+
+
+def exited(task: CaseTask, exc: SystemExit) -> CaseResult:
+    """The result of a case whose code raised SystemExit (`sys.exit`, `exit()`): `crash`, with where."""
+    code = exc.code
+    return failed_result(
+        task, "crash",
+        f"the case's code exited (sys.exit({code!r})) in the run's own process (launcher inprocess); "
+        f"a case process would have ended the same way:\n{traceback.format_exc()}",
+    )
 
 
 SHARED_PROCESS = "timed in one process beside other cases (launcher inprocess): peaks and energy are the process's, not the case's"
