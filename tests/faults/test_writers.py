@@ -122,16 +122,17 @@ def test_a_finished_run_reads_without_a_warning(tmp_path: Path, capsys: pytest.C
 
 @pytest.mark.slow  # nine publish processes (~25 s)
 def test_concurrent_publishes_into_one_site_list_every_run(tmp_path: Path) -> None:
+    """Three trials, each three publishes into its own site at once (the trials run side by side)."""
     runs = [quiet_copy(tmp_path, f"run{letter}", source) for letter, source in zip("ABC", GATE_RUNS)]
-    for trial in range(3):
-        site = tmp_path / f"site{trial}"
-        processes = [
-            subprocess.Popen([sys.executable, "-m", "dstbench", "publish", str(run), "--site", str(site)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            for run in runs
-        ]
-        codes = [p.wait(timeout=300) for p in processes]
-        assert codes == [0, 0, 0], [p.stderr.read().decode() if p.stderr else "" for p in processes]
+    sites = [tmp_path / f"site{trial}" for trial in range(3)]
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "dstbench", "publish", str(run), "--site", str(site)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for site in sites for run in runs
+    ]
+    codes = [p.wait(timeout=300) for p in processes]
+    assert codes == [0] * 9, [p.stderr.read().decode() if p.stderr else "" for p in processes]
+    for site in sites:
         manifest = json.loads((site / ".dstbench-site.json").read_text())
         assert sorted(manifest["runs"]) == ["runA", "runB", "runC"]
         index = (site / "index.html").read_text()
