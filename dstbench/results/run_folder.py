@@ -128,11 +128,15 @@ class RunLock:
                 "wait for it to finish or stop it, then resume"
             )
         try:
-            fd = open_no_follow(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            # Non-blocking: a FIFO planted as .lock fails to open (no reader) instead of waiting.
+            fd = open_no_follow(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK)
         except OSError as exc:
             folder.release()
             if exc.errno == errno.ELOOP:
                 raise RunDirError(f"{self.path} is a symbolic link: dstbench never writes through one; remove it") from None
+            problem = regular_file_problem(self.path)
+            if problem:
+                raise RunDirError(f"{problem}; remove it") from None
             raise
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -15,7 +15,7 @@ import pytest
 
 import dstbench
 from dstbench.cli import main
-from dstbench.results.run_folder import RunDirError
+from dstbench.results.run_folder import RunDirError, RunLock
 from tests.faults.test_data_safety import suite_file
 from tests.launchers.fault_methods import PLUGIN
 
@@ -121,6 +121,12 @@ def test_a_fifo_where_a_run_file_should_be_is_refused_without_hanging(
         assert f"{run / name}: not a regular file (a FIFO)" in capsys.readouterr().err, command
     with pytest.raises(RunDirError, match="not a regular file"):
         dstbench.load_run(run)
+
+
+def test_a_fifo_lock_file_is_refused_without_hanging(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / ".lock")
+    with pytest.raises(RunDirError, match="not a regular file \\(a FIFO\\).*remove it"):
+        RunLock(tmp_path).acquire()
 
 
 # --- a run folder without run.json ---------------------------------------------------------------------
