@@ -167,16 +167,12 @@ def lock_holder(run_dir: str | Path) -> str:
     return _describe_holder(text) if text else "unknown"
 
 
-def being_written(run_dir: str | Path) -> str | None:
-    """"pid N on HOST, since T" when another process holds the run folder's writer lock (a run
-    still writing it), else None."""
-    return lock_holder(run_dir) if held_by_another(run_dir) else None
-
-
 def still_being_written(run_dir: str | Path) -> str:
-    """The sentence readers print for a run folder another process is writing ('' when none is)."""
-    holder = being_written(run_dir)
-    return f"{run_dir} is still being written by a dstbench run ({holder})" if holder else ""
+    """The sentence readers print for a run folder another process is writing (its writer lock held:
+    "... (pid N on HOST, since T)"), '' when none is."""
+    if not held_by_another(run_dir):
+        return ""
+    return f"{run_dir} is still being written by a dstbench run ({lock_holder(run_dir)})"
 
 
 def _describe_holder(text: str) -> str:

@@ -55,10 +55,6 @@ class FolderLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
 
 def held_by_another(folder: str | Path) -> bool:
     """Whether another process (or another lock of this one) holds `folder` exclusively; False for a

@@ -13,13 +13,12 @@ reading of the tables lives in the README itself.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dstbench.report.generated_readme import BEGIN, END, run_folders, write_generated
+from dstbench.report.generated_readme import BEGIN, END, make_readme
 
 HERE = Path(__file__).resolve().parent
 BASELINE = "barter_split"  # today's rule before issue 15: the paired differences are against it
@@ -128,16 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="*", type=Path)
     parser.add_argument("--readme", type=Path, default=HERE / "README.md")
     args = parser.parse_args(argv)
-    run_dirs = run_folders(args.run_dirs, HERE / "runs")
-    if not run_dirs:
-        print("no run folders with results", file=sys.stderr)
-        return 2
-    problem = write_generated(args.readme, generated(run_dirs), "BARTER exchange ablation")
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
-    print(f"wrote {args.readme}")
-    return 0
+    return make_readme(args.run_dirs, HERE, args.readme, generated, "BARTER exchange ablation")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+import dstbench
 from dstbench.cli import main
 from dstbench.gates.compare import compare_runs
 from dstbench.gates.sides import CompareInputError, load_side
@@ -166,6 +167,10 @@ def test_every_case_50_percent_slower_dense_included_fails(tmp_path: Path, capsy
     assert "a machine shift or a change to the common training step" in out
     code, out, _ = run_compare(capsys, str(QUIET_RUN), slower, "--accept-machine-shift")
     assert code == 0 and "accepted (--accept-machine-shift)" in out
+    api = dstbench.compare(QUIET_RUN, slower)
+    assert not api.passed and api.shifts[0].startswith("every case 1.50x to 1.50x slower, dense included")
+    frame = api.frame()
+    assert frame.loc[(frame["case_id"] == "dense@1") & (frame["metric"] == "time"), "basis"].item() == "absolute (reference)"
 
 
 def test_dense_alone_slower_fails_even_when_shifts_are_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,6 +206,9 @@ def test_a_case_removed_from_the_current_run_fails(tmp_path: Path, capsys: pytes
     assert run_compare(capsys, str(QUIET_RUN), fewer, "--allow-missing")[0] == 0
     comparison = compare_runs(load_side(QUIET_RUN), load_side(fewer))
     assert [k[1] for k in comparison.missing] == ["barter"]
+    api = dstbench.compare(QUIET_RUN, fewer)
+    assert api.missing == ["barter@0.5"] and not api.passed and api.exit_code == 1
+    assert dstbench.compare(QUIET_RUN, fewer, allow_missing=True).passed
     fewest = doctored(tmp_path, "fewest", lambda lines: [x for x in lines if x["method"] in ("dense", "set")])
     code, out, _ = run_compare(capsys, str(QUIET_RUN), fewest)
     assert code == 1 and "FAIL: 2 cases missing from the current run (barter@0.5, rigl@0.5)" in out

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dstbench.report.generated_readme import run_folders
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "reports" / "cpu_accuracy"
 
@@ -20,7 +22,7 @@ def _script():  # type: ignore[no-untyped-def]
 
 
 def _runs() -> list[Path]:
-    return _script().run_folders([], WORKLOAD / "runs")
+    return run_folders([], WORKLOAD / "runs")
 
 
 @pytest.mark.skipif(not (WORKLOAD / "runs").is_dir(), reason="no committed runs of suites/cpu_accuracy.yaml")
