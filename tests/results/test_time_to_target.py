@@ -86,8 +86,12 @@ def test_steps_to_target_per_seed_and_per_case(target_run: Path) -> None:
         assert (math.isnan(steps) and row["target_reached"] is False) or row["steps_to_target"] == pytest.approx(steps)
         assert row["eval_period_steps"] == 44.0 and row["target_top1"] == 0.5
     frame = run.frame().set_index("case_id")
+    # Which cases reach 0.5 in every seed is an outcome of training that another CPU's rounding can
+    # change (one of them ends 3 test images above it here); that some seed reaches it is not (the
+    # best ends ~45 images above), and the pooling of every case is checked whatever it reached.
+    assert per_seed["target_reached"].astype(bool).any()
     reached = frame[frame["target_reached"] == 1.0]
-    assert len(reached) and reached["steps_to_target"].map(math.isfinite).all()
+    assert reached["steps_to_target"].map(math.isfinite).all()
     for case, row in frame.iterrows():
         seeds = per_seed[per_seed["case_id"] == case]
         assert row["target_reached"] == seeds["target_reached"].astype(bool).mean()
