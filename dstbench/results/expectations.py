@@ -228,13 +228,21 @@ def _pooled_outcomes(
         frame = add_time_to_target(frame if "reference" in frame else frame.assign(reference=reference))
     pooled = pool_seeds(frame, baseline=vs).set_index(["run", "case_id"], drop=False)
     outcomes = []
+    # A failed seed is a miss for the target metrics (dstbench.results.time_to_target), judged
+    # with the others; every other metric fails on it.
+    target_metric = exp.metric == "target_reached" or exp.metric in TIME_METRICS
     for (run, case), lines in rows.groupby(["run", "case_id"], sort=False):
         failed = lines[lines["status"] != "ok"]
-        if not failed.empty:
-            seed = f" (seed {failed.iloc[0]['seed']:.0f})" if "seed" in lines and lines["seed"].nunique() > 1 else ""
+        seed = f" (seed {failed.iloc[0]['seed']:.0f})" if not failed.empty and "seed" in lines and lines["seed"].nunique() > 1 else ""
+        if not failed.empty and not target_metric:
             outcomes.append(Outcome(exp, case, None, False, f"case status is {failed.iloc[0]['status']}{seed}"))
             continue
         row = pooled.loc[(run, case)]
+        if not failed.empty:
+            outcome = (_target_outcome(exp, case, row) if exp.metric == "target_reached" else _time_outcome(exp, case, row, vs))
+            note = f"; {len(failed)} seed{'s' if len(failed) > 1 else ''} failed, counted as not reached: status {failed.iloc[0]['status']}{seed}"
+            outcomes.append(dataclasses.replace(outcome, message=outcome.message + note))
+            continue
         if exp.metric in TIME_METRICS:
             outcome = _time_outcome(exp, case, row, vs)
             reason = None if outcome.passed else _partner_skipped(exp, vs, float(lines.iloc[0]["density"]), coverage)

@@ -321,11 +321,12 @@ def add_target_times(derived: pd.DataFrame) -> pd.DataFrame:
 
 
 def _seeds_of(lines: pd.DataFrame) -> dict[Any, tuple[float, float]] | None:
-    """seed -> (steps, updates) of a case's ok lines; None unless every one reached the target."""
-    ok = lines[lines["status"] == "ok"]
-    if ok.empty or not (ok["target_reached"].map(lambda r: r is True)).all():
+    """seed -> (steps, updates) of a case's lines; None unless every seed that trained reached the
+    target (a failed seed is a miss: `add_time_to_target`)."""
+    judged = lines[lines["target_reached"].map(lambda r: r is True or r is False)]
+    if judged.empty or not (judged["target_reached"].map(lambda r: r is True)).all():
         return None
-    return {row.get("seed", i): (float(row["steps_to_target"]), float(row["updates_to_target"])) for i, row in ok.iterrows()}
+    return {row.get("seed", i): (float(row["steps_to_target"]), float(row["updates_to_target"])) for i, row in judged.iterrows()}
 
 
 def _covers(seeds: int, timing: StepTime, updates: float) -> str:

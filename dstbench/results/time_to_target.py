@@ -11,8 +11,10 @@ earlier point to interpolate from: its own step is taken, and the period is coun
 
 The target: the suite's `accuracy.target_top1`, or 99% of dense's mean final top-1 in the run (at
 the same sweep point), or, without dense, of the reference's. A line that never reaches it is
-censored: `target_reached` False and `steps_to_target` NaN, never a number. Those steps in seconds,
-at the case's measured step time: `dstbench.results.target_time`.
+censored: `target_reached` False and `steps_to_target` NaN, never a number. So is a seed whose
+training failed (its line errored, crashed, ran out of memory or time) or ended with a non-finite
+top-1 or training loss: as AlgoPerf counts a failed run, a miss, never a seed left out of the pool.
+Those steps in seconds, at the case's measured step time: `dstbench.results.target_time`.
 """
 
 from __future__ import annotations
@@ -90,10 +92,27 @@ def targets(frame: pd.DataFrame) -> dict[tuple[str, str], tuple[float, str]]:
     return found
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def diverged(row: Any) -> bool:
+    """Whether an ok line's training ended with a non-finite top-1 or training loss (its last
+    evaluation's; JSON writes NaN as null): what it reached before then does not count."""
+    curve = row.get("curve")
+    last = curve[-1] if isinstance(curve, list) and curve and isinstance(curve[-1], dict) else {}
+    return not _finite(row.get("top1")) or ("train_loss" in last and not _finite(last["train_loss"]))
+
+
+def trained(row: Any) -> bool:
+    """Whether a line's case was to train for accuracy (mode accuracy or both)."""
+    return str(row.get("mode")) in ("accuracy", "both")
+
+
 def add_time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` (one row per line, with `run`) with `target_top1`, `target_basis`, `steps_to_target`,
-    `target_reached` (True, False, or None for a line without a curve or not ok) and
-    `eval_period_steps` per line."""
+    `target_reached` and `eval_period_steps` per line. `target_reached` is True or False for a line
+    that trained for accuracy (False for a failed or diverged one: a miss), None for a speed line."""
     out = frame.copy()
     if frame.empty or "curve" not in frame:
         for column in TARGET_COLUMNS:
@@ -108,7 +127,11 @@ def add_time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
         reached = None
         if row["status"] == "ok" and curve_points(row.get("curve")) and math.isfinite(target):
             steps, period = steps_to_target(row["curve"], target)
+            if diverged(row):
+                steps = math.nan
             reached = bool(math.isfinite(steps))
+        elif row["status"] != "ok" and trained(row) and math.isfinite(target):
+            reached = False  # a failed seed is a miss
         for column, value in zip(TARGET_COLUMNS, (target, basis, steps, reached, period)):
             columns[column].append(value)
     for column, values in columns.items():
@@ -117,10 +140,10 @@ def add_time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def pooled_target(cases: pd.DataFrame) -> dict[str, Any]:
-    """A case's figures over its seeds' lines: `target_reached` (the fraction of its seeds with a
-    curve that reached), `target_seeds` (how many have a curve), `steps_to_target` (their mean when
-    every one reached; NaN when any missed: never the mean of those that did) and
-    `eval_period_steps` (the largest period those rest on)."""
+    """A case's figures over its seeds' lines: `target_reached` (the fraction of its seeds that
+    reached; a failed seed counts as a miss), `target_seeds` (how many trained, failed ones
+    included), `steps_to_target` (their mean when every one reached; NaN when any missed: never the
+    mean of those that did) and `eval_period_steps` (the largest period those rest on)."""
     judged = cases[cases["target_reached"].map(lambda r: r is True or r is False)] if "target_reached" in cases else cases.iloc[0:0]
     if judged.empty:
         return {"target_reached": math.nan, "target_seeds": 0, "steps_to_target": math.nan, "eval_period_steps": math.nan}
@@ -129,7 +152,7 @@ def pooled_target(cases: pd.DataFrame) -> dict[str, Any]:
     return {
         "target_reached": float(reached.mean()), "target_seeds": int(len(judged)),
         "steps_to_target": float(np.mean(judged["steps_to_target"])) if every else math.nan,
-        "eval_period_steps": float(judged["eval_period_steps"].max()),
+        "eval_period_steps": float(judged["eval_period_steps"].max()) if judged["eval_period_steps"].notna().any() else math.nan,
     }
 
 

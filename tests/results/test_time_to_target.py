@@ -62,6 +62,41 @@ def test_the_default_target_is_99_percent_of_dense_per_run(tmp_path: Path) -> No
     assert "99% of dense's mean final top-1 (0.85)" in out["target_basis"].iloc[0]
 
 
+def _seed_lines(tmp_path: Path) -> pd.DataFrame:
+    """Dense and RigL over seeds 0-2 (target top-1 0.5): RigL's seed 2 errored, SET's seed 2 ended
+    with a NaN training loss (after reaching the target), SET's seeds 0 and 1 reached it."""
+    base = {"run": str(tmp_path), "mode": "accuracy", "reference": "dense", "top1": 0.8}
+    reached = {**base, "status": "ok", "curve": curve((100, 0.4), (800, 0.8))}
+    lines = [{**reached, "method": "dense", "kind": "dense", "density": 1.0, "seed": s} for s in (0, 1, 2)]
+    lines += [{**reached, "method": m, "kind": "masked", "density": 0.1, "seed": s} for m in ("rigl", "set") for s in (0, 1)]
+    lines.append({**base, "method": "rigl", "kind": "masked", "density": 0.1, "seed": 2, "status": "error", "top1": None, "curve": None})
+    nan_loss = curve((100, 0.4), (800, 0.8))
+    nan_loss[-1]["train_loss"] = None  # JSON's null: the loss was NaN
+    lines.append({**reached, "method": "set", "kind": "masked", "density": 0.1, "seed": 2, "curve": nan_loss})
+    frame = pd.DataFrame(lines)
+    frame["case_id"] = [f"{m}@{d:g}" for m, d in zip(frame["method"], frame["density"])]
+    (tmp_path / "suite.yaml").write_text("accuracy: {target_top1: 0.5}\n")
+    return frame
+
+
+def test_a_failed_or_diverged_seed_is_a_miss_not_a_seed_left_out(tmp_path: Path) -> None:
+    lines = add_time_to_target(_seed_lines(tmp_path))
+    by = lines.set_index(["method", "seed"])
+    assert by.loc[("rigl", 2), "target_reached"] is False and math.isnan(by.loc[("rigl", 2), "steps_to_target"])
+    assert by.loc[("set", 2), "target_reached"] is False  # reached at step 275, then diverged: not counted
+    for method in ("rigl", "set"):
+        pooled = pooled_target(lines[lines["method"] == method])
+        assert pooled["target_seeds"] == 3 and pooled["target_reached"] == pytest.approx(2 / 3)
+        assert math.isnan(pooled["steps_to_target"])  # never the mean of the two that ran
+        assert target_text(pooled) == "not reached (reached in 2 of 3 seeds)"
+    assert pooled_target(lines[lines["method"] == "dense"])["steps_to_target"] == pytest.approx(275.0)
+    reached, seconds = evaluate([Expectation(metric="target_reached", method="rigl", min=1.0),
+                                 Expectation(metric="time_to_target", method="rigl", max=1e6)], "dense", _seed_lines(tmp_path))
+    assert not reached.passed and reached.value == pytest.approx(2 / 3)
+    assert "2 of 3 seeds reached" in reached.message and "1 seed failed, counted as not reached: status error (seed 2)" in reached.message
+    assert not seconds.passed and seconds.message.startswith("not reached (2 of 3 seeds reached")
+
+
 @pytest.fixture(scope="module")
 def target_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Dense, RigL and BARTER at 0.5 on digits over seeds 0 and 1, four epochs of 44 steps each
