@@ -71,13 +71,20 @@ def print_plan(plan: Any) -> None:
     if suite.compile.enabled:
         print("compile: " + ", ".join(f"{k}={v!r}" for k, v in suite.compile.options().items()) + " (every method alike)")
     done = {c.key for c in plan.cases} - {c.key for c in plan.todo}
+    status = {c.key: "to run" for c in plan.todo}
+    if plan.training:
+        _print_phases(plan)
+        untimed = {c.key for g in plan.todo_groups for c in g.cases}
+        untrained = {c.key for c in plan.todo_training}
+        status = {k: "to time and train" if k in untimed and k in untrained else "to time" if k in untimed else "to train"
+                  for k in untimed | untrained}
     points = {json.dumps(values, sort_keys=True): point for values, point in suite.points}
     if points:
         print(f"sweep ({suite.sweep_mode}) over {', '.join(suite.sweep)}: {len(points)} points, each validated as a suite of its own")
     for members in by_point(plan.cases):
         rows = [
             (c.key, c.method_name, c.kind, f"{c.density:g}", ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "—",
-             "done" if c.key in done else "to run")
+             "done" if c.key in done else status.get(c.key, "to run"))
             for c in members
         ]
         point = points.get(json.dumps(members[0].sweep, sort_keys=True)) if members[0].sweep is not None else None
@@ -91,6 +98,19 @@ def print_plan(plan: Any) -> None:
     left_out = len(plan.all_cases) - len(plan.cases)
     print(f"\n{len(plan.todo)} of {len(plan.cases)} selected cases would run {where}"
           + (f"; {left_out} more in the suite, not selected" if left_out else "") + ". Nothing was written (--dry-run).")
+
+
+def _print_phases(plan: Any) -> None:
+    """A `mode: both` run's two phases: the timing groups, then the trainings."""
+    timing = plan.suite.timing
+    left = plan.todo_groups
+    rounds = "interleaved rounds" if any(len(g.cases) > 1 for g in plan.groups) else "one case at a time"
+    print(f"timing phase: {len(plan.groups)} group(s) in {rounds} over {timing.processes} process set(s), as mode: speed "
+          f"plans them; {len(left)} to time")
+    for group in plan.groups:
+        print(f"  {group.key}: {', '.join(c.method for c in group.cases)}" + ("" if group in left else " (done)"))
+    print(f"training phase: {len(plan.training)} (case, seed) training(s), each in a process of its own "
+          f"(dense once per seed); {len(plan.todo_training)} to train")
 
 
 def _print_pruned(suite: Any) -> None:

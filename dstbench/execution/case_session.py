@@ -206,12 +206,14 @@ class CaseSession:
             self._speed_figures()
         else:
             self._compile.write(self.result)  # the options an accuracy-only case trained under
-        # The accuracy track and the profile run once per case: in its last process set.
-        if self.case.mode(suite.mode) in ("accuracy", "both") and self.task.extras:
+        # The accuracy track and the profile run once per case: in its last process set; in a
+        # `mode: both` run the training phase trains and the timing phase profiles.
+        phase = self.task.phase
+        if self.case.mode(suite.mode) in ("accuracy", "both") and self.task.extras and phase != "timing":
             from dstbench.execution.accuracy_track import measure_accuracy
 
             measure_accuracy(suite, self.case, device, result, Path(self.task.run_dir), self.progress, resume=self.task.resume)
-        if suite.profile.enabled and self.task.extras:
+        if suite.profile.enabled and self.task.extras and phase != "training":
             from dstbench.measure.profiling import profile_case
 
             run_dir = Path(self.task.run_dir)

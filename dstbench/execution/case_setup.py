@@ -43,6 +43,10 @@ class CaseTask:
     first_round: int = 0
     rounds: int | None = None
     extras: bool = True
+    # The phase of a `mode: both` run this task belongs to (dstbench.suite.plan): "timing" runs the
+    # segments (and the profile) without the accuracy track, "training" the accuracy track alone;
+    # "" every part the case's mode has (speed and accuracy runs).
+    phase: str = ""
 
 
 def resolve_device(name: str) -> torch.device:

@@ -29,15 +29,15 @@ from rich.console import Console
 from dstbench.execution.case_setup import CaseTask
 from dstbench.suite.cases import Case
 from dstbench.suite.plan import (
-    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, point_suite, resume_conflicts, run_line_key,
-    select_cases, setup_changes,
+    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, pending_training, point_suite, resume_conflicts,
+    run_line_key, select_cases, setup_changes,
 )
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
-from dstbench.results.merge import merge_shared, strip_group
-from dstbench.suite.groups import Group, base_key, shared_cases
+from dstbench.results.merge import merge_phases, merge_shared, strip_group
+from dstbench.suite.groups import Group, base_key, shared_cases, trained_line
 from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress
@@ -201,14 +201,16 @@ def _latest_lines(run_dir: Path, suite: SuiteConfig, ok_only: bool = False) -> d
 
 def write_group(
     run_dir: Path, suite: SuiteConfig, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False,
-    here: dict[str, Any] | None = None,
+    here: dict[str, Any] | None = None, phase: str = "",
 ) -> list[CaseResult]:
     """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
     from a group) merges with its line from the other groups, less what an earlier timing of this
     group left; a group timed again replaces its old lines; other lines are appended. Lines are
     keyed as `suite`'s cases are (`run_line_key`), so each seed's line is its own. `written`: the
     ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
-    replaced, never merged; so is a line timed on another machine than `here` (`--allow-other-machine`)."""
+    replaced, never merged; so is a line timed on another machine than `here` (`--allow-other-machine`).
+    `phase` (`mode: both`): a training joins its (case, seed)'s timing line (`merge_phases`), and a
+    timing keeps the training a line already holds."""
     key = run_line_key(suite)
     every_line = _latest_lines(run_dir, suite)
     # The lines a new timing merges with: with --retry-failed a failed old line is replaced whole.
@@ -220,12 +222,17 @@ def write_group(
     for result in timed.results:
         result_key = key({"case_id": result.case_id, "seed": result.seed})
         old = lines.get(result_key)
+        if phase == "training":
+            results.append(merge_phases(old, result) if old is not None else result)
+            continue
         if old is not None:
             earlier = [g for g in old.get("groups") or [] if g in written]
             if result_key in shared or earlier:
                 if not any(base_key(g) == timed.group.base for g in earlier):
                     old = strip_group(old, timed.group.base)
                 result = merge_shared(old, result)
+            if phase == "timing" and trained_line(old) and old.get("status") == "ok":
+                result = merge_phases(result, old)  # timed again after its training: the training stays
         results.append(result)
     # The groups this timing made, not those a merged line carries from before this run: an old
     # group of this density counted as written would be merged with its new timing, not replaced.
@@ -243,22 +250,27 @@ def write_group(
 def run_cases(
     suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
     launcher: Any = None, shared: set[str] | None = None, retry_failed: bool = False, here: dict[str, Any] | None = None,
+    training: list[Case] | None = None,
 ) -> list[CaseResult]:
     """Time the groups (one after another, or as the launcher places them: `schedule_groups`),
     reporting progress (`dstbench.execution.progress`); write each group's lines as it ends and print one
     line per case. `shared`: the cases that belong to several groups of the
-    whole plan (default: of `groups`). `here`: this machine (`this_machine`), whose lines alone merge."""
+    whole plan (default: of `groups`). `here`: this machine (`this_machine`), whose lines alone merge.
+    `training` (`mode: both`, `dstbench.suite.plan.training_cases`): the (case, seed) pairs to train
+    after every group is timed, each in a process of its own; the groups then only time."""
     launcher = launcher or make_launcher(suite.launcher)
     shared = shared_cases(groups) if shared is None else shared
-    cases = cases_of(groups)
+    training = list(training or [])
+    # The two phases, one after the other: the timing phase (`groups`) and the training phase.
+    phases = [("timing" if training or suite.mode == "both" else "", groups), ("training", [Group(c.key, (c,)) for c in training])]
     # Each case runs with its own sweep point's suite (the suite itself without a sweep).
-    point_data = {case.point: point_suite(suite, case).model_dump(mode="json") for case in cases}
+    point_data = {case.point: point_suite(suite, case).model_dump(mode="json") for case in [*cases_of(groups), *training]}
     # The suite's path made absolute: a case process finds `plugins:` beside it wherever it starts.
     task_path = str(suite_path.absolute())
-    tasks = {c.key: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume) for c in cases}
     key = run_line_key(suite)
     results = []
-    with RunProgress(console, suite, total_cases=len(cases)) as progress:
+    total = len({c.key for c in [*cases_of(groups), *training]})
+    with RunProgress(console, suite, total_cases=total) as progress:
 
         def progress_for(case: Case) -> Callable[[str, int, int], None]:
             progress.case_started(case.key)
@@ -266,15 +278,18 @@ def run_cases(
 
         written_ids: set[str] = set()
         counted: set[str] = set()  # dense is reported after each of its groups, counted once
-        # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
-        with contextlib.closing(schedule_groups(launcher, groups, tasks, progress_for, suite.reference)) as timed_groups:
-            for timed in timed_groups:
-                written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed, here)
-                for result in written:
-                    result_key = key({"case_id": result.case_id, "seed": result.seed})
-                    progress.case_finished(result_key, result, count=result_key not in counted)
-                    counted.add(result_key)
-                results += written
+        for phase, phase_groups in phases:
+            tasks = {c.key: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume, phase=phase)
+                     for c in cases_of(phase_groups)}
+            # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
+            with contextlib.closing(schedule_groups(launcher, phase_groups, tasks, progress_for, suite.reference)) as timed_groups:
+                for timed in timed_groups:
+                    written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed, here, phase)
+                    for result in written:
+                        result_key = key({"case_id": result.case_id, "seed": result.seed})
+                        progress.case_finished(result_key, result, count=result_key not in counted)
+                        counted.add(result_key)
+                    results += written
     return results
 
 
@@ -333,6 +348,12 @@ def plan_run(
     )
 
 
+def _in_either(cases: list[Case], groups: list[Group], training: list[Case]) -> list[Case]:
+    """The `cases` to time in `groups` or to train (`training`), in run order."""
+    keys = {c.key for c in cases_of(groups)} | {c.key for c in training}
+    return [c for c in cases if c.key in keys]
+
+
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
     return [PlannedCase(c.method, c.kind, c.density, c.sweep, c.seed) for c in cases]
 
@@ -376,20 +397,23 @@ def run_suite(
             raise SuiteError(str(suite_path), [("--resume", refusal(run_dir, foreign))])
         if foreign:
             console.print(f"timing again here every group holding a line from another machine: {', '.join(sorted(foreign))}")
-        todo_groups = pending_groups(plan.groups, {k: v for k, v in kept.items() if k not in foreign}, shared)
-        todo = cases_of(todo_groups)
+        usable = {k: v for k, v in kept.items() if k not in foreign}
+        todo_groups = pending_groups(plan.groups, usable, shared)
+        todo_training = pending_training(plan.training, usable)
+        todo = _in_either(cases, todo_groups, todo_training)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
         try:
             run_cases(
                 suite, suite_path, run_dir, todo_groups, console, resume=bool(resume), launcher=plan.launcher, shared=shared,
-                retry_failed=retry_failed, here=here,
+                retry_failed=retry_failed, here=here, training=todo_training,
             )
         except (KeyboardInterrupt, Terminated) as stop:
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
             # `--resume` runs them. Which were left is noted in run.json and said here.
-            unfinished = [c.key for c in cases_of(pending_groups(todo_groups, _latest_lines(run_dir, suite), shared))]
+            now = _latest_lines(run_dir, suite)
+            unfinished = [c.key for c in _in_either(cases, pending_groups(todo_groups, now, shared), pending_training(todo_training, now))]
             try:
                 record_interruption(run_dir, unfinished, stop)
             except OSError:

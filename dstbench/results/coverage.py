@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import yaml
 
 from dstbench.suite.cases import case_id, case_key, line_case_id
+from dstbench.suite.groups import trained_line
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
@@ -149,7 +150,8 @@ def _registered_kind(name: str) -> str:
 def run_coverage(run_dir: str | Path) -> Coverage | None:
     """The cases of a run folder; None when neither run.json nor suite.yaml says what they were."""
     run_dir = Path(run_dir)
-    lines = list(iter_results(run_dir))
+    # A `mode: both` line from the timing phase alone has not run yet: its training is missing.
+    lines = [line for line in iter_results(run_dir) if line.get("mode") != "both" or trained_line(line)]
     meta = load_run_meta(run_dir)
     planned = _from_meta(meta) or _from_suite(run_dir, lines)
     if planned is None:

@@ -2,7 +2,8 @@
 and a distributed case's ranks.
 
 Groups: `merge_shared` joins a case's line from one more group with its line so far; `strip_group`
-takes out what one group contributed (it is about to be timed again). Ranks: `merge_ranks` makes one
+takes out what one group contributed (it is about to be timed again). Phases: `merge_phases` joins a
+`mode: both` case's timing line and its training. Ranks: `merge_ranks` makes one
 line from every rank's. Each goes field by field by the rules the field's declaration gives
 (`dstbench.measure.trackers.base`); what the status of a failed line decides is here.
 """
@@ -60,6 +61,35 @@ def merge_shared(old: dict[str, Any] | None, new: Any) -> Any:
             if spec.groups.derived == derived:
                 value = spec.groups.join(getattr(previous, spec.name), getattr(new, spec.name), joining)
                 setattr(merged, spec.name, value)
+    return merged
+
+
+# What the training phase of a `mode: both` run writes into a (case, seed)'s line: its accuracy
+# figures and what the method did over the whole training (density, loss, extras such as BARTER's
+# topology history), not over the short timed segments.
+TRAINING_FIELDS = ("top1", "top5", "epochs", "train_time_s", "curve", "density_achieved", "loss", "method_extras")
+
+
+def merge_phases(timing: Any, training: Any, line_type: type = CaseResult) -> Any:
+    """The line of a `mode: both` (case, seed) from its timing phase's line and its training's
+    (lines or dicts): the timing's fields (segments, memory, the groups it was timed in, its mode)
+    with the training's `TRAINING_FIELDS`; both data loadings, warnings and durations; a failure of
+    either is the line's status, a training failure's error saying so."""
+    timing = timing if isinstance(timing, line_type) else line_type.from_dict(timing)
+    training = training if isinstance(training, line_type) else line_type.from_dict(training)
+    if timing.status != "ok":
+        return timing
+    merged = dataclasses.replace(timing, warnings=list(dict.fromkeys([*timing.warnings, *training.warnings])))
+    for name in TRAINING_FIELDS:
+        setattr(merged, name, getattr(training, name))
+    if timing.data_loading and training.data_loading and timing.data_loading != training.data_loading:
+        merged.data_loading = f"speed: {timing.data_loading}; accuracy: {training.data_loading}"
+    else:
+        merged.data_loading = timing.data_loading or training.data_loading
+    if timing.duration_s is not None and training.duration_s is not None:
+        merged.duration_s = timing.duration_s + training.duration_s
+    if training.status != "ok":
+        merged.status, merged.error = training.status, f"in training: {training.error}"
     return merged
 
 

@@ -2,8 +2,9 @@
 
 A *group* is the cases that are compared with each other: every method at one density plus dense
 (which belongs to every density's group) with `timing.interleave`, a case alone without it (and in
-`accuracy` or `both` mode, whose training would keep the other processes idle in device memory for
-hours). The scheduler (`dstbench.execution.rounds`) times a group's segments in rounds; its result lines
+`accuracy` mode, whose training would keep the other processes idle in device memory for hours;
+`mode: both` times its cases in groups first and trains each alone afterwards:
+`dstbench.suite.plan`). The scheduler (`dstbench.execution.rounds`) times a group's segments in rounds; its result lines
 are written together when the group ends.
 
 Group ids. Each time a group is timed it gets an id `KEY#TOKEN`: KEY is `d=<density>` for a
@@ -112,6 +113,13 @@ def shared_cases(groups: Iterable[Group]) -> set[str]:
         for case in group.cases:
             seen[case.key] = seen.get(case.key, 0) + 1
     return {key for key, n in seen.items() if n > 1}
+
+
+def trained_line(line: dict[str, Any] | None) -> bool:
+    """Whether a line of a case that trains (`mode: accuracy` or `both`) holds its training: its
+    curve, or a failure (a failed line is done, as in timing, unless `--retry-failed`). The timing
+    phase of `mode: both` writes a line without a curve; its training adds one."""
+    return line is not None and (line.get("status") != "ok" or isinstance(line.get("curve"), list))
 
 
 def group_done(group: Group, lines: dict[str, dict[str, Any]], shared: set[str]) -> bool:

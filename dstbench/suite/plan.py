@@ -6,6 +6,12 @@ A suite with a sweep (`dstbench.suite.sweep`) has its cases at every point: poin
 sweep's order, each point's cases in the usual order, named with the point (`Case.sweep`), timed in
 groups of their own point (`point_suite` gives the suite a case runs with).
 
+A `mode: both` run has two phases. The timing phase is planned exactly as `mode: speed` would plan
+the timed cases (the first seed's, every seed's with `timing.per_seed`): each density's cases with
+dense in interleaved rounds. The training phase trains every (case, seed) once, each in a process
+of its own (`training_cases`; dense once per seed, not once per group). A (case, seed) is trained
+when its line holds a curve (`dstbench.suite.groups.trained_line`).
+
 The execution layer (`dstbench.execution.orchestrator`) loads the suite and the run folder, asks
 the launcher what it can do, and hands both here (`make_plan`).
 """
@@ -18,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dstbench.suite.cases import Case, case_key, line_key
-from dstbench.suite.groups import Group, by_point, group_done, plan_groups, shared_cases
+from dstbench.suite.groups import Group, by_point, group_done, plan_groups, shared_cases, trained_line
 from dstbench.suite.loading import SuiteError
 from dstbench.suite.schema import SuiteConfig
 from dstbench.suite.sweep import sweep_values
@@ -115,8 +121,9 @@ def select_cases(suite: SuiteConfig, suite_path: Path, only: list[str] | None, d
 @dataclasses.dataclass
 class RunPlan:
     """What `dstbench run` would do: the suite as validated, every case of it, the selected ones,
-    the run folder to resume (None: a new one), the selected cases it still lacks, the launcher and
-    the groups the selected cases are timed in."""
+    the run folder to resume (None: a new one), the selected cases it still lacks (in either phase),
+    the launcher, the groups the selected cases are timed in and, in `mode: both`, the (case, seed)
+    pairs its training phase trains (`training`) and those still untrained (`todo_training`)."""
 
     suite: SuiteConfig
     suite_path: Path
@@ -128,17 +135,38 @@ class RunPlan:
     launcher: Any
     groups: list[Group]
     shared: set[str]  # the cases timed in several groups of the whole suite (dense)
+    training: list[Case] = dataclasses.field(default_factory=list)
+    todo_training: list[Case] = dataclasses.field(default_factory=list)
+    todo_groups: list[Group] = dataclasses.field(default_factory=list)  # the groups still to time
 
 
 def timing_groups(suite: SuiteConfig, cases: list[Case], *, can_interleave: bool) -> list[Group]:
-    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode when the suite (at a
-    sweep point: the point's suite) asks for it and the launcher can hold live cases side by side."""
+    """The groups to time (`dstbench.suite.groups`): interleaved in speed mode and in the timing
+    phase of `mode: both` when the suite (at a sweep point: the point's suite) asks for it and the
+    launcher can hold live cases side by side. A `both` point's untimed cases (later seeds without
+    `timing.per_seed`) are in no group: they only train (`training_cases`); an `accuracy` point's
+    cases are each a group of one, which trains."""
     groups = []
     for members in by_point(cases):
         point = point_suite(suite, members[0])
-        interleave = point.timing.interleave and point.mode == "speed" and can_interleave
+        if point.mode == "both":
+            members = [c for c in members if c.timed]
+        interleave = point.timing.interleave and point.mode in ("speed", "both") and can_interleave
         groups += plan_groups(members, suite.reference, interleave=interleave)
     return groups
+
+
+def training_cases(suite: SuiteConfig, cases: list[Case]) -> list[Case]:
+    """The training phase of `mode: both` (at a sweep point: the point's mode): every (case, seed)
+    once, in run order, as a case that trains without timed segments (`Case.timed` False). Empty
+    for a suite in speed or accuracy mode."""
+    return [dataclasses.replace(c, timed=False) for c in cases if point_suite(suite, c).mode == "both"]
+
+
+def pending_training(cases: list[Case], lines: dict[str, dict[str, Any]]) -> list[Case]:
+    """The training cases whose line holds no training yet (`trained_line`), given the run folder's
+    `lines` (by `run_line_key`)."""
+    return [c for c in cases if not trained_line(lines.get(c.key))]
 
 
 def make_plan(
@@ -162,8 +190,15 @@ def make_plan(
     # Shared across the whole suite, not the selection: with one density selected dense sits in one
     # group, yet its line holds the other densities' segments too (`--resume --density`).
     shared = shared_cases(timing_groups(suite, all_cases, can_interleave=can_interleave))
-    todo = cases_of(pending_groups(groups, lines, shared))
-    return RunPlan(suite, suite_path, overrides, all_cases, cases, run_dir, todo, launcher, groups, shared)
+    training = training_cases(suite, cases)
+    todo_training = pending_training(training, lines)
+    # A case to run in either phase, in run order.
+    todo_groups = pending_groups(groups, lines, shared)
+    left = {c.key for c in cases_of(todo_groups)} | {c.key for c in todo_training}
+    todo = [c for c in cases if c.key in left]
+    return RunPlan(
+        suite, suite_path, overrides, all_cases, cases, run_dir, todo, launcher, groups, shared, training, todo_training, todo_groups,
+    )
 
 
 
