@@ -328,7 +328,7 @@ class SuiteConfig(Strict):
             return self
         if self.device == "mps":
             raise ValueError("launcher.parallel: mps is one device; cases cannot run side by side on their own devices")
-        if self.device == "cpu" and self.mode == "speed" and self.timing.interleave:
+        if self.device == "cpu" and self.mode in ("speed", "both") and self.timing.interleave:
             raise ValueError(PARALLEL_CPU_INTERLEAVED)
         return self
 

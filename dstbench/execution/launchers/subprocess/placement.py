@@ -111,6 +111,6 @@ def placements_for(suite: Any) -> tuple[list[Placement], list[str], str]:
     device_type = resolve_device_type(suite.device)
     gpus = visible_gpus() if device_type == "cuda" else []
     placements, problems = plan_slots(suite.launcher.parallel, device_type, affinity_cores(), gpus, suite.threads)
-    if device_type == "cpu" and suite.mode == "speed" and suite.timing.interleave:
+    if device_type == "cpu" and suite.mode in ("speed", "both") and suite.timing.interleave:
         problems.insert(0, PARALLEL_CPU_INTERLEAVED + " (device auto is the CPU here)")
     return placements, problems, device_type
