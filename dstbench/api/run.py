@@ -23,7 +23,7 @@ FRAME_COLUMNS = (
     "topology_share", "top1", "top1_ci_low", "top1_ci_high", "top1_std", "top1_drop", "top1_drop_ci_low",
     "top1_drop_ci_high", "top1_drop_seeds", "target_top1", "target_reached", "target_seeds", "steps_to_target",
     "eval_period_steps", "updates_to_target", "time_to_target_s", "time_to_target_ci_low", "time_to_target_ci_high",
-    "time_to_target_speedup", "time_to_target_speedup_ci_low", "time_to_target_speedup_ci_high",
+    "time_to_target_speedup", "time_to_target_speedup_ci_low", "time_to_target_speedup_ci_high", "time_to_target_speedup_basis",
     "time_to_target_speedup_vs_dense", "time_to_target_speedup_vs_dense_ci_low", "time_to_target_speedup_vs_dense_ci_high",
     "train_time_to_target_s", "noise_level", "contended", "implausible", "run",
 )

@@ -83,6 +83,11 @@ def time_to_accuracy_table(derived: pd.DataFrame) -> Table | None:
         for i, r in rows.iterrows()
     ]
     targets = sorted({str(b) for b in rows.get("target_basis", pd.Series(dtype=object)).dropna()})
+    bases = [str(b) for b in rows.get("time_to_target_speedup_basis", pd.Series(dtype=object)) if isinstance(b, str) and b]
+    unpaired = sum("unpaired" in b for b in bases)
+    pairing = ("the speedups pair seeds, and step times round by round where the two cases were timed in the same "
+               "interleaved rounds" + (f" ({len(bases) - unpaired} of {len(bases)}; the others compare each case's own "
+                                       "step times)" if unpaired else ""))
     return Table(
         (["run"] if several else [])
         + ["case", "top-1 [95% CI]", f"drop vs {base}", "steps to target", "time to target s",
@@ -90,11 +95,11 @@ def time_to_accuracy_table(derived: pd.DataFrame) -> Table | None:
         body, align=(["left"] if several else []) + ["left"] + ["right"] * 8,
         note=(
             f"Target: {'; '.join(targets)}. Figures in brackets are 95% intervals. Time to target = steps to target x the case's measured time of a step "
-            "without updates + the updates made before it x the measured mean cost of one update (its interleaved speed "
-            "segments in the same run: an estimate, not the accuracy run's own clock); the interval holds the seeds' "
-            "spread and the timing's (delta method), the speedups pair seeds. A case any seed of which missed the target "
+            "without updates + the updates made before it x the measured mean cost of one update (its timed segments in "
+            "the same run: an estimate, not the accuracy run's own clock); the interval holds the seeds' "
+            f"spread and the timing's (delta method); {pairing}. A case any seed of which missed the target or failed "
             "has no time: 'not reached (reached in k of n seeds)'. Speedups are to the target. The accuracy run's own clock "
-            "at the target (accuracy-run s, its mean over seeds) is a check: those runs are not interleaved, so it is not "
+            "at the target (accuracy-run s, its mean over seeds) is a check: each training runs alone, so it is not "
             "compared across cases."
         ),
     )

@@ -294,7 +294,8 @@ def _time_outcome(exp: Expectation, case: str, row: pd.Series, vs: str) -> Outco
     unit = " s" if exp.metric == "time_to_target" else "x"
     low, high = row.get(f"{exp.metric}_ci_low"), row.get(f"{exp.metric}_ci_high")
     interval = f"95% CI [{float(low):.4g}, {float(high):.4g}]{unit}" if present(low) and present(high) else "no interval"
-    return Outcome(exp, case, float(value), passed, f"{message} ({interval}; {row.get('time_to_target_covers') or ''})")
+    rests_on = row.get("time_to_target_speedup_basis" if exp.metric == "time_to_target_speedup" else "time_to_target_covers")
+    return Outcome(exp, case, float(value), passed, f"{message} ({interval}; {rests_on or ''})")
 
 
 def check_expectations(suite: SuiteConfig, frame: pd.DataFrame, coverage: Coverage | None = None) -> list[Outcome]:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dstbench.results.replicates import frame_points, stored_seed
-from dstbench.results.target_time import pool_target_times
+from dstbench.results.target_speedup import pool_target_times
 from dstbench.results.time_to_target import pooled_target
 
 

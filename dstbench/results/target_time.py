@@ -13,17 +13,17 @@
 - c: the mean cost of one update in the timed segments: their update milliseconds over their update
   count, plus the recompilation charged to updates under torch.compile.
 
-p and c come from the case's interleaved speed segments in the same run (`mode: both`); the
-accuracy run's own clock (`train_time_to_target_s`, its `train_time_s` at S) is shown beside it as
-a check and never mixed in: it was not interleaved with the other cases.
+p and c come from the case's timed segments in the same run: `mode: both` times them in its timing
+phase, in interleaved rounds as `mode: speed` does (`dstbench.suite.plan`). The accuracy run's own
+clock (`train_time_to_target_s`, its `train_time_s` at S) is shown beside it as a check and never
+mixed in: each training runs alone, so its clock is not comparable between cases.
 
 The 95% interval is the delta method on log T, with three independent parts: the seeds' spread of
 S x p + U x c (variance of the mean over seeds, n - 1 degrees of freedom), the step time's interval
 (between-process variance pooled over the run's cases, as for speedups) and the update cost's
-(a ratio estimator over the segments that held updates); degrees of freedom by Satterthwaite. A
-speedup to target pairs the two cases' seeds (the seed part is the spread of their per-seed
-difference) and adds both cases' timing parts as if independent, which overstates its width where
-the two were timed in the same rounds.
+(a ratio estimator over the segments that held updates); degrees of freedom by Satterthwaite.
+Speedups to target, priced on the paired step-time ratio of cases timed in the same rounds:
+`dstbench.results.target_speedup`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,6 @@ TIME_COLUMNS = (
     "time_to_target_s", "time_to_target_ci_low", "time_to_target_ci_high", "time_to_target_covers",
     "time_to_target_basis", "updates_to_target", "step_ms_without_updates", "update_ms",
     "train_time_to_target_s",
-)
-SPEEDUP_COLUMNS = tuple(
-    f"time_to_target_speedup{vs}{part}" for vs in ("", "_vs_dense") for part in ("", "_ci_low", "_ci_high")
 )
 
 
@@ -198,7 +195,7 @@ class TargetTime:
     parts: tuple[tuple[float, float], ...]
 
 
-def _interval(centre: float, parts: Sequence[tuple[float, float]], level: float = LEVEL) -> tuple[float, float]:
+def log_interval(centre: float, parts: Sequence[tuple[float, float]], level: float = LEVEL) -> tuple[float, float]:
     """exp(log centre +- t * sqrt(sum of parts)), Satterthwaite's df over the parts (variance, df)."""
     variance = sum(v for v, _ in parts)
     if not math.isfinite(variance) or not math.isfinite(centre) or centre <= 0:
@@ -211,11 +208,11 @@ def _interval(centre: float, parts: Sequence[tuple[float, float]], level: float 
     return centre * math.exp(-half), centre * math.exp(half)
 
 
-def _seconds(steps: float, updates: float, timing: StepTime) -> float:
+def seconds_of(steps: float, updates: float, timing: StepTime) -> float:
     return (steps * timing.step_ms + (updates * timing.update_ms if updates else 0.0)) / 1e3
 
 
-def _timing_parts(steps: float, updates: float, timing: StepTime, total: float) -> list[tuple[float, float]]:
+def timing_parts(steps: float, updates: float, timing: StepTime, total: float) -> list[tuple[float, float]]:
     """The step time's and the update cost's parts of Var(log T)."""
     share_steps = steps * timing.step_ms / 1e3 / total
     parts = [(share_steps**2 * timing.step_log_var, timing.step_df)]
@@ -230,34 +227,13 @@ def target_time(steps: Sequence[float], updates: Sequence[float], timing: StepTi
     s, u = np.asarray(steps, dtype=float), np.asarray(updates, dtype=float)
     if not len(s) or not np.isfinite(s).all() or not np.isfinite(u).all() or (u.any() and not math.isfinite(timing.update_ms)):
         return TargetTime(math.nan, math.nan, math.nan, ())
-    per_seed = np.array([_seconds(a, b, timing) for a, b in zip(s, u)])
+    per_seed = np.array([seconds_of(a, b, timing) for a, b in zip(s, u)])
     total = float(per_seed.mean())
-    parts = _timing_parts(float(s.mean()), float(u.mean()), timing, total)
+    parts = timing_parts(float(s.mean()), float(u.mean()), timing, total)
     if len(s) > 1:
         parts.insert(0, (float(per_seed.var(ddof=1)) / len(s) / total**2, float(len(s) - 1)))
-    low, high = _interval(total, parts, level)
+    low, high = log_interval(total, parts, level)
     return TargetTime(total, low, high, tuple(parts))
-
-
-def speedup_to_target(
-    reference: tuple[Sequence[float], Sequence[float], StepTime], case: tuple[Sequence[float], Sequence[float], StepTime],
-    level: float = LEVEL,
-) -> tuple[float, float, float]:
-    """T(reference) / T(case) over their common seeds (the sequences aligned by seed), with the
-    interval: the seed part from the per-seed difference of the two (paired), both timing parts."""
-    ref, own = target_time(*reference, level=level), target_time(*case, level=level)
-    if not math.isfinite(ref.seconds) or not math.isfinite(own.seconds) or own.seconds <= 0:
-        return (math.nan, math.nan, math.nan)
-    (ref_s, ref_u, ref_t), (own_s, own_u, own_t) = reference, case
-    parts = _timing_parts(float(np.mean(ref_s)), float(np.mean(ref_u)), ref_t, ref.seconds)
-    parts += _timing_parts(float(np.mean(own_s)), float(np.mean(own_u)), own_t, own.seconds)
-    if len(ref_s) > 1:
-        differences = [_seconds(a, b, ref_t) / ref.seconds - _seconds(c, d, own_t) / own.seconds
-                       for a, b, c, d in zip(ref_s, ref_u, own_s, own_u)]
-        parts.insert(0, (float(np.var(differences, ddof=1)) / len(differences), float(len(differences) - 1)))
-    value = ref.seconds / own.seconds
-    low, high = _interval(value, parts, level)
-    return (value, low, high)
 
 
 # -- frames: each seed's line (`derive`) and each case over its seeds (`pool_seeds`) -------------------
@@ -265,7 +241,7 @@ def speedup_to_target(
 CaseKey = tuple[str, str, float, str]  # run, method, density, sweep point
 
 
-def _case_keys(frame: pd.DataFrame) -> pd.Series:
+def case_keys(frame: pd.DataFrame) -> pd.Series:
     points = frame_points(frame)
     return pd.Series([(str(r["run"]), str(r["method"]), float(r["density"]), points[i]) for i, r in frame.iterrows()],
                      index=frame.index, dtype=object)
@@ -273,7 +249,7 @@ def _case_keys(frame: pd.DataFrame) -> pd.Series:
 
 def case_timings(derived: pd.DataFrame) -> dict[CaseKey, StepTime | None]:
     """Each case's `StepTime` from its timed lines, the between-process variance pooled per run."""
-    keys = _case_keys(derived)
+    keys = case_keys(derived)
     between = {run: absolute_between(rows) for run, rows in derived.groupby(derived["run"].astype(str))}
     return {key: step_time(derived[keys == key], between[key[0]]) for key in pd.unique(keys)}
 
@@ -300,7 +276,7 @@ def add_target_times(derived: pd.DataFrame) -> pd.DataFrame:
         for column in TIME_COLUMNS:
             out[column] = pd.Series(dtype=object if column in ("time_to_target_covers", "time_to_target_basis") else float)
         return out
-    timings, keys = case_timings(derived), _case_keys(derived)
+    timings, keys = case_timings(derived), case_keys(derived)
     columns: dict[str, list[Any]] = {c: [] for c in TIME_COLUMNS}
     for index, row in derived.iterrows():
         steps, timing = float(row["steps_to_target"]), timings[keys[index]]
@@ -317,79 +293,4 @@ def add_target_times(derived: pd.DataFrame) -> pd.DataFrame:
     for column, values_list in columns.items():
         text = column in ("time_to_target_covers", "time_to_target_basis")
         out[column] = pd.Series(values_list, index=derived.index, dtype=object if text else float)
-    return out
-
-
-def _seeds_of(lines: pd.DataFrame) -> dict[Any, tuple[float, float]] | None:
-    """seed -> (steps, updates) of a case's lines; None unless every seed that trained reached the
-    target (a failed seed is a miss: `add_time_to_target`)."""
-    judged = lines[lines["target_reached"].map(lambda r: r is True or r is False)]
-    if judged.empty or not (judged["target_reached"].map(lambda r: r is True)).all():
-        return None
-    return {row.get("seed", i): (float(row["steps_to_target"]), float(row["updates_to_target"])) for i, row in judged.iterrows()}
-
-
-def _covers(seeds: int, timing: StepTime, updates: float) -> str:
-    parts = [f"{seeds} seed{'s' if seeds != 1 else ''}" + ("" if seeds > 1 else " (no seed spread)"), f"step time {timing.covers}"]
-    if updates:
-        parts.append(f"update cost from {timing.update_segments} timed segment{'s' if timing.update_segments != 1 else ''}"
-                     + (" (its spread not in the interval)" if timing.update_segments < 2 else ""))
-    return "; ".join(parts)
-
-
-def pool_target_times(pooled: pd.DataFrame, derived: pd.DataFrame) -> pd.DataFrame:
-    """`pooled` (one row per case, `pool_seeds`) with each case's time to target over its seeds and
-    its interval, and its speedup to target against the reference and against dense, paired by seed."""
-    out = pooled.copy()
-    for column in (*TIME_COLUMNS, *SPEEDUP_COLUMNS):
-        if column not in out:
-            out[column] = pd.Series(dtype=object if column in ("time_to_target_covers", "time_to_target_basis") else float)
-    if pooled.empty or "steps_to_target" not in derived or "run" not in derived:
-        return out
-    if "updates_to_target" not in derived:  # a frame `derive` did not make (expectations add the steps alone)
-        derived = add_target_times(derived)
-    timings, keys = case_timings(derived), _case_keys(derived)
-    seeds = {key: _seeds_of(derived[keys == key]) for key in timings}
-    pooled_keys = _case_keys(pooled)
-    reference = derived.attrs.get("reference")
-
-    def inputs(key: CaseKey, chosen: list[Any]) -> tuple[list[float], list[float], StepTime] | None:
-        per_seed, timing = seeds.get(key), timings.get(key)
-        if per_seed is None or timing is None or any(s not in per_seed for s in chosen):
-            return None
-        return [per_seed[s][0] for s in chosen], [per_seed[s][1] for s in chosen], timing
-
-    def partner(key: CaseKey, method: str | None) -> CaseKey | None:
-        """`method`'s case beside `key`: at the same density, else its one case at 1.0 (dense)."""
-        run, _, density, point = key
-        matches = [k for k in timings if (k[0], k[1], k[3]) == (run, method, point)]
-        same = [k for k in matches if math.isclose(k[2], density)]
-        return same[0] if same else matches[0] if len(matches) == 1 and matches[0][2] == 1.0 else None
-
-    for index, row in pooled.iterrows():
-        key = pooled_keys[index]
-        per_seed, timing = seeds.get(key), timings.get(key)
-        values: dict[str, Any] = {c: "" if c in ("time_to_target_covers", "time_to_target_basis") else math.nan
-                                  for c in (*TIME_COLUMNS, *SPEEDUP_COLUMNS)}
-        if timing is not None:
-            values.update(step_ms_without_updates=timing.step_ms, update_ms=timing.update_ms)
-        if per_seed is not None and timing is not None:
-            steps, updates = [v[0] for v in per_seed.values()], [v[1] for v in per_seed.values()]
-            estimate = target_time(steps, updates, timing)
-            values.update(
-                time_to_target_s=estimate.seconds, time_to_target_ci_low=estimate.low, time_to_target_ci_high=estimate.high,
-                updates_to_target=float(np.mean(updates)),
-                time_to_target_covers=_covers(len(steps), timing, float(np.mean(updates))) if math.isfinite(estimate.seconds) else "",
-            )
-            for suffix, other in (("", partner(key, reference)), ("_vs_dense", partner(key, "dense"))):
-                common = [s for s in per_seed if other is not None and seeds.get(other) and s in seeds[other]]
-                own, base = inputs(key, common), inputs(other, common) if other else None
-                ratio = (1.0, 1.0, 1.0) if other == key else speedup_to_target(base, own) if own and base else (math.nan,) * 3
-                values.update(zip((f"time_to_target_speedup{suffix}{p}" for p in ("", "_ci_low", "_ci_high")), ratio))
-        lines = derived[keys == key]
-        values["train_time_to_target_s"] = float(lines["train_time_to_target_s"].mean()) if per_seed is not None else math.nan
-        basis = [b for b in lines.get("time_to_target_basis", pd.Series(dtype=object)) if isinstance(b, str) and b]
-        values["time_to_target_basis"] = basis[0] if basis else ""
-        for column, value in values.items():
-            out.at[index, column] = value
     return out

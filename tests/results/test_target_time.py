@@ -18,8 +18,9 @@ from dstbench.dst.update_schedule import UpdateSchedule
 from dstbench.results.derive import load_frame
 from dstbench.results.expectations import evaluate
 from dstbench.results.intervals import BetweenProcesses
+from dstbench.results.target_speedup import speedup_to_target, step_ratio
 from dstbench.results.target_time import (
-    StepTime, absolute_between, add_target_times, clock_at, speedup_to_target, step_time, target_time, updates_before,
+    StepTime, absolute_between, add_target_times, clock_at, step_time, target_time, updates_before,
 )
 from dstbench.suite.schema_sections import Expectation
 
@@ -179,12 +180,22 @@ def test_a_run_in_mode_both_times_each_case_to_its_target(both_run: Path) -> Non
     dense = frame.loc["dense@1"]
     assert dense["updates_to_target"] == 0 and math.isnan(dense["update_ms"])
     assert dense["time_to_target_speedup_vs_dense"] == 1.0
-    ratio = dense["time_to_target_s"] / barter["time_to_target_s"]
-    assert barter["time_to_target_speedup"] == pytest.approx(ratio)  # the reference is dense
+    # The speedup prices the other case's steps at the paired step ratio of the rounds the two
+    # shared (the timing phase interleaved them), not at its own step time.
+    lines = {(line["case_id"], line["seed"]): line for line in load_frame([both_run]).to_dict("records")}
+
+    def priced(other: str) -> float:
+        rho = step_ratio([(lines[(other, 0)], lines[("barter@0.5", 0)])], BetweenProcesses())
+        assert rho is not None and "paired over 2 processes x 3 rounds" in rho.covers
+        row = frame.loc[other]
+        return (row["steps_to_target"] * rho.value * barter["step_ms_without_updates"] + row["updates_to_target"] * (row["update_ms"] if row["updates_to_target"] else 0)) / 1e3
+
+    assert barter["time_to_target_speedup"] == pytest.approx(priced("dense@1") / barter["time_to_target_s"])  # the reference is dense
+    assert barter["time_to_target_speedup_basis"].startswith("2 seeds paired; step-time ratio paired over 2 processes x 3 rounds")
     report = run.report()
     assert "time to target s" in report and "accuracy-run s" in report
     outcomes = evaluate([Expectation(metric="time_to_target_speedup", method="barter", vs="rigl", min=0.01),
                          Expectation(metric="time_to_target", method="barter", max=1e-9)], "dense", load_frame([both_run]))
     assert outcomes[0].passed and "95% CI [" in outcomes[0].message and "2 seeds" in outcomes[0].message
     assert not outcomes[1].passed and "> max" in outcomes[1].message
-    assert outcomes[0].value == pytest.approx(frame.loc["rigl@0.5", "time_to_target_s"] / barter["time_to_target_s"])
+    assert outcomes[0].value == pytest.approx(priced("rigl@0.5") / barter["time_to_target_s"])
