@@ -36,15 +36,15 @@ from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
-from dstbench.results.merge import merge_phases, merge_shared, strip_group
-from dstbench.suite.groups import Group, base_key, shared_cases, trained_line
+from dstbench.execution.group_lines import failed_in, in_either, latest_lines, write_group
+from dstbench.suite.groups import Group, shared_cases
 from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress
-from dstbench.results.record import CaseResult, append_result, iter_results, replace_results
+from dstbench.results.record import CaseResult
 from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, output_place_problem, slug, write_atomic
-from dstbench.execution.resume_machine import machine_differences, other_machine_lines, refusal, this_machine
+from dstbench.execution.resume_machine import other_machine_lines, refusal, this_machine
 from dstbench.execution.rounds import GroupRun, run_groups
 from dstbench.suite.loading import SuiteError, load_suite
 
@@ -191,62 +191,6 @@ def record_resume(run_dir: Path, overrides: dict[str, Any] | None) -> None:
     write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
 
 
-def _latest_lines(run_dir: Path, suite: SuiteConfig, ok_only: bool = False) -> dict[str, dict[str, Any]]:
-    """The last line of each case in the run folder (a later line for a case wins, as in reports),
-    by the key `suite`'s cases have (`run_line_key`: the case id, and the seed with `seeds:`);
-    `ok_only`: only those whose status is ok (`--retry-failed` times the others again)."""
-    key = run_line_key(suite)
-    return {key(line): line for line in iter_results(run_dir) if not ok_only or line.get("status") == "ok"}
-
-
-def write_group(
-    run_dir: Path, suite: SuiteConfig, timed: GroupRun, shared: set[str], written: set[str], retry_failed: bool = False,
-    here: dict[str, Any] | None = None, phase: str = "",
-) -> list[CaseResult]:
-    """A finished group's lines. A case timed in several groups (dense; the reference of pairs split
-    from a group) merges with its line from the other groups, less what an earlier timing of this
-    group left; a group timed again replaces its old lines; other lines are appended. Lines are
-    keyed as `suite`'s cases are (`run_line_key`), so each seed's line is its own. `written`: the
-    ids of the groups timed so far by this run (updated). `retry_failed`: a failed old line is
-    replaced, never merged; so is a line timed on another machine than `here` (`--allow-other-machine`).
-    `phase` (`mode: both`): a training joins its (case, seed)'s timing line (`merge_phases`), and a
-    timing keeps the training a line already holds."""
-    key = run_line_key(suite)
-    every_line = _latest_lines(run_dir, suite)
-    # The lines a new timing merges with: with --retry-failed a failed old line is replaced whole.
-    lines = {
-        case: line for case, line in every_line.items()
-        if (not retry_failed or line.get("status") == "ok") and not (here and machine_differences(line, here))
-    }
-    results = []
-    for result in timed.results:
-        result_key = key({"case_id": result.case_id, "seed": result.seed})
-        old = lines.get(result_key)
-        if phase == "training":
-            results.append(merge_phases(old, result) if old is not None else result)
-            continue
-        if old is not None:
-            earlier = [g for g in old.get("groups") or [] if g in written]
-            if result_key in shared or earlier:
-                if not any(base_key(g) == timed.group.base for g in earlier):
-                    old = strip_group(old, timed.group.base)
-                result = merge_shared(old, result)
-            if phase == "timing" and trained_line(old) and old.get("status") == "ok":
-                result = merge_phases(result, old)  # timed again after its training: the training stays
-        results.append(result)
-    # The groups this timing made, not those a merged line carries from before this run: an old
-    # group of this density counted as written would be merged with its new timing, not replaced.
-    written.update([timed.group_id, *(g for r in timed.results for g in r.groups)])
-    replaced = {key({"case_id": r.case_id, "seed": r.seed}) for r in results} & set(every_line)
-    if replaced or len(results) > 1:
-        # One atomic rewrite: an interruption never leaves half a group in results.jsonl.
-        replace_results(run_dir, replaced, results, key=key)
-    else:
-        for result in results:
-            append_result(run_dir, result)
-    return results
-
-
 def run_cases(
     suite: SuiteConfig, suite_path: Path, run_dir: Path, groups: list[Group], console: Console, resume: bool = False,
     launcher: Any = None, shared: set[str] | None = None, retry_failed: bool = False, here: dict[str, Any] | None = None,
@@ -279,6 +223,10 @@ def run_cases(
         written_ids: set[str] = set()
         counted: set[str] = set()  # dense is reported after each of its groups, counted once
         for phase, phase_groups in phases:
+            if phase == "training" and written_ids:
+                # A case whose timing failed in this run has its failure for a line: no training.
+                now = latest_lines(run_dir, suite)
+                phase_groups = [g for g in phase_groups if not failed_in(now.get(g.key), written_ids)]
             tasks = {c.key: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume, phase=phase)
                      for c in cases_of(phase_groups)}
             # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
@@ -338,7 +286,7 @@ def plan_run(
     problems = launcher.preflight(suite)
     if problems:
         raise SuiteError(str(suite_path), problems)
-    lines = _latest_lines(run_dir, suite, ok_only=retry_failed) if run_dir else {}
+    lines = latest_lines(run_dir, suite, ok_only=retry_failed) if run_dir else {}
     foreign = other_machine_lines(lines, this_machine(suite.device)) if run_dir else {}
     if foreign and not allow_other_machine:
         raise SuiteError(str(suite_path), [("--resume", refusal(run_dir, foreign))])
@@ -346,12 +294,6 @@ def plan_run(
         suite, suite_path, overrides, only=only, densities=densities, can_interleave=launcher.interleaves,
         launcher=launcher, run_dir=run_dir, lines={k: v for k, v in lines.items() if k not in foreign},
     )
-
-
-def _in_either(cases: list[Case], groups: list[Group], training: list[Case]) -> list[Case]:
-    """The `cases` to time in `groups` or to train (`training`), in run order."""
-    keys = {c.key for c in cases_of(groups)} | {c.key for c in training}
-    return [c for c in cases if c.key in keys]
 
 
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
@@ -391,7 +333,7 @@ def run_suite(
         record_cases(run_dir, planned_cases(plan.all_cases), [c.key for c in cases])
         shared = plan.shared
         here = this_machine(suite.device)
-        kept = _latest_lines(run_dir, suite, ok_only=retry_failed)  # again, under the lock
+        kept = latest_lines(run_dir, suite, ok_only=retry_failed)  # again, under the lock
         foreign = other_machine_lines(kept, here)
         if foreign and not allow_other_machine:
             raise SuiteError(str(suite_path), [("--resume", refusal(run_dir, foreign))])
@@ -400,7 +342,7 @@ def run_suite(
         usable = {k: v for k, v in kept.items() if k not in foreign}
         todo_groups = pending_groups(plan.groups, usable, shared)
         todo_training = pending_training(plan.training, usable)
-        todo = _in_either(cases, todo_groups, todo_training)
+        todo = in_either(cases, todo_groups, todo_training)
         console.print(f"run folder: {run_dir}  ({len(todo)} of {len(cases)} cases to run)")
         collector = start_collect_env(run_dir)
         try:
@@ -412,8 +354,8 @@ def run_suite(
             finish_collect_env(collector, timeout_s=0)  # interrupted: stop it, never wait
             # The cases without a line were running or not started: none is half-recorded, and
             # `--resume` runs them. Which were left is noted in run.json and said here.
-            now = _latest_lines(run_dir, suite)
-            unfinished = [c.key for c in _in_either(cases, pending_groups(todo_groups, now, shared), pending_training(todo_training, now))]
+            now = latest_lines(run_dir, suite)
+            unfinished = [c.key for c in in_either(cases, pending_groups(todo_groups, now, shared), pending_training(todo_training, now))]
             try:
                 record_interruption(run_dir, unfinished, stop)
             except OSError:
