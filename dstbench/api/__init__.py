@@ -122,7 +122,7 @@ def compare(
     """Gate `current` against `baseline` as `dstbench compare` does (same options, same verdicts):
     time changes significantly beyond +/-`time_threshold` percent at family-wise `alpha` (unchanged
     only when the change's interval lies inside that band), memory changes beyond `memory_threshold`
-    percent, top-1 changes beyond `top1_threshold` points that seed noise cannot explain.
+    percent, top-1 changes significantly beyond +/-`top1_threshold` points (the same rule, over seeds).
     A baseline case missing from `current` fails unless `allow_missing`; dense slower on its own
     times with every case alike (a machine shift) fails unless `accept_machine_shift`; runs timed
     under different protocols raise `CompareInputError` unless `allow_protocol_change` (every time

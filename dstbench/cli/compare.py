@@ -45,7 +45,8 @@ def add_parser(commands: Commands) -> None:
                    "settle_segments, segment_steps, segments), every time verdict inconclusive; without it they are "
                    "refused (exit 2)")
     p.add_argument("--top1-threshold", type=float, default=1.0, metavar="PP",
-                   help="top-1 change, in percentage points, that counts when seed noise cannot explain it")
+                   help="the band of no top-1 change, +/- percentage points: a regression must be significantly beyond it, "
+                   "unchanged inside it (its interval over the seeds)")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
     p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version, host, thread count or OpenMP setting "
                    "is an error (exit 2); an inconclusive case fails (exit 1)")

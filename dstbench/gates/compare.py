@@ -25,8 +25,10 @@ measure the machine's load, not the code; so do sides timed under different prot
 Memory is judged from exact figures (allocator peak where both runs have it, training-state and
 activation bytes always) against its own threshold, with no test: byte counts do not jitter.
 Top-1, where both runs trained a case, is judged per case over its seeds, paired by seed where the
-runs have the same seeds (`dstbench.gates.top1_compare`): a drop beyond the threshold that seed
-noise cannot explain is a regression, one that it can is inconclusive.
+runs have the same seeds (`dstbench.gates.top1_compare`), by the same rule as time: a change
+significantly beyond +/- the threshold (Holm over the cases) is a regression or an improvement,
+one whose (1 - 2 alpha) interval lies inside it is unchanged, anything else (one seed on a side
+included) is inconclusive.
 
 Exit codes (`exit_code`): 0 no regression, 1 a regression or a baseline case the current run lacks
 (unless `allow_missing`), or, with --strict, an inconclusive case or top-1; 2 unusable input
@@ -359,7 +361,7 @@ def compare_runs(
     `allow_missing`: a baseline case the current run lacks does not fail the gate;
     `accept_machine_shift`: a slowdown of the time reference that every case shares does not."""
     common = [k for k in baseline.cases if k in current.cases]
-    top1 = [] if memory_only else compare_top1(baseline, current, top1_threshold)
+    top1 = [] if memory_only else compare_top1(baseline, current, top1_threshold, alpha)
     if not common and not top1:
         raise CompareInputError(
             "no case matches (same suite hash, method, density and seed) between the runs: "

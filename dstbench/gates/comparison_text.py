@@ -53,7 +53,7 @@ def _points(value: float, signed: bool = False) -> str:
 
 def top1_table(comparison: Comparison, fmt: str = "simple") -> str:
     """One row per trained case: top-1 on each side (mean over its seeds), the change in points with
-    its 95% interval and what it rests on, and the verdict (`dstbench.gates.top1_compare`)."""
+    its (1 - 2 alpha) interval and what it rests on, and the verdict (`dstbench.gates.top1_compare`)."""
     rows = []
     for t in comparison.top1:
         change = f"{_points(t.change, True)} pp" + (
@@ -62,7 +62,8 @@ def top1_table(comparison: Comparison, fmt: str = "simple") -> str:
     if fmt == "github":
         rows = [[markdown_text(cell) for cell in row] for row in rows]
     threshold = comparison.settings.get("top1_threshold", 1.0)
-    headers = ["case", "top-1 baseline", "top-1 current", "change [95% CI]", "over", f"verdict (+/-{threshold:g} pp)", "notes"]
+    level = f"{interval_level(comparison.settings.get('alpha', 0.05)) * 100:g}%"
+    headers = ["case", "top-1 baseline", "top-1 current", f"change [{level} CI]", "over", f"verdict (+/-{threshold:g} pp)", "notes"]
     return "top-1 (mean over each run's seeds):\n" + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
@@ -130,11 +131,10 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
         + (", environment mismatch (--strict)" if strict and comparison.env_differences else ""),
     ]
     if comparison.top1:
-        counts = {v: sum(t.verdict == v for t in comparison.top1) for v in ("regression", "improvement", "inconclusive")}
-        noise = sum("within seed noise" in t.note for t in comparison.top1)
+        counts = {v: sum(t.verdict == v for t in comparison.top1) for v in ("regression", "improvement", "inconclusive", "unchanged")}
         lines.append(
             f"top-1 of {len(comparison.top1)} cases: {counts['regression']} regressed, {counts['improvement']} improved, "
-            f"{counts['inconclusive']} inconclusive, {noise} within seed noise"
+            f"{counts['inconclusive']} inconclusive, {counts['unchanged']} unchanged"
         )
     verdict = overall_verdict(comparison, strict)
     lines += ["", f"**Verdict: {verdict}**" if markdown else f"verdict: {verdict}"]

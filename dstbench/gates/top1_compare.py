@@ -10,11 +10,17 @@ Where the seeds differ, the difference of the means, with Welch's interval, said
 With one seed on a side there is no interval: seed noise (0.5-2 points on our CPU workloads) is
 unknown.
 
-The verdict, with `threshold` in percentage points:
-- the interval covers 0: the change is *within seed noise*: unchanged when within the threshold,
-  else inconclusive (more seeds would tell);
-- it does not: unchanged within the threshold, else a regression (lower) or an improvement;
-- no interval: unchanged within the threshold, else inconclusive.
+The verdict, with `threshold` t in percentage points, is the rule the time verdicts use
+(`dstbench.gates.time_rule`), on the change d in points with its standard error (Student-t, n - 1
+degrees of freedom paired; Welch unpaired) and the band [-t, +t] of no change:
+
+- **regression** / **improvement**: d is significantly beyond the band: the one-sided t-test
+  against the band's edge on the side of the estimate, Holm-adjusted over the cases judged, has
+  p < alpha;
+- **unchanged**: its (1 - 2 alpha) interval (90% at alpha 0.05) lies inside the band (TOST);
+- **inconclusive**: anything else, said with what would decide it (about how many times the seeds,
+  or a wider band); and always with one seed on either side, since one seed cannot estimate seed
+  noise (0.5-2 points on our CPU workloads).
 """
 
 from __future__ import annotations
@@ -25,11 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dstbench.results.pooling import mean_ci
+from dstbench.results.intervals import holm
 from dstbench.suite.cases import case_id
-
-LEVEL = 0.95
-
 
 @dataclasses.dataclass
 class Top1Verdict:
@@ -41,7 +44,7 @@ class Top1Verdict:
     baseline: float  # mean top-1 over the baseline's seeds
     current: float
     change: float  # current - baseline (paired: the mean of the per-seed changes)
-    ci_low: float
+    ci_low: float  # its (1 - 2 alpha) interval, as the verdict reads it
     ci_high: float
     paired: bool
     baseline_seeds: list[Any]  # the seeds each side's mean rests on
@@ -87,62 +90,95 @@ def setups_differ_in_seed_only(baseline: Any, current: Any) -> bool:
     return {k: v for k, v in setups[0].items() if k != "seed"} == {k: v for k, v in setups[1].items() if k != "seed"}
 
 
-def welch_interval(base: list[float], cur: list[float], level: float = LEVEL) -> tuple[float, float]:
-    """Welch's interval of mean(cur) - mean(base); NaNs with fewer than two values on a side."""
+def change_stats(base: dict[Any, float], cur: dict[Any, float]) -> tuple[float, float, float, bool]:
+    """(change, its standard error, degrees of freedom, paired): paired by seed where both sides
+    have the same seeds, else Welch's; NaN standard error with one seed on a side."""
+    paired = set(base) == set(cur)
+    if paired:
+        diffs = np.asarray([cur[s] - base[s] for s in base], dtype=float)
+        n = len(diffs)
+        se = float(diffs.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+        return float(diffs.mean()), se, float(n - 1), True
+    b, c = np.asarray(list(base.values()), dtype=float), np.asarray(list(cur.values()), dtype=float)
+    change = float(c.mean() - b.mean())
+    if len(b) < 2 or len(c) < 2:
+        return change, math.nan, math.nan, False
+    vb, vc = b.var(ddof=1) / len(b), c.var(ddof=1) / len(c)
+    se = math.sqrt(vb + vc)
+    df = (vb + vc) ** 2 / (vb**2 / (len(b) - 1) + vc**2 / (len(c) - 1)) if se > 0 else math.inf
+    return change, se, float(df), False
+
+
+def beyond_p(change: float, se: float, df: float, threshold_pp: float) -> float:
+    """The one-sided p that the change lies beyond the band, against its edge on the estimate's side."""
     from scipy import stats
 
-    if len(base) < 2 or len(cur) < 2:
-        return (math.nan, math.nan)
-    vb, vc = np.var(base, ddof=1) / len(base), np.var(cur, ddof=1) / len(cur)
-    diff = float(np.mean(cur) - np.mean(base))
-    se = math.sqrt(vb + vc)
-    if se == 0:
-        return (diff, diff)
-    dof = (vb + vc) ** 2 / (vb**2 / (len(base) - 1) + vc**2 / (len(cur) - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, dof)) * se
-    return (diff - half, diff + half)
-
-
-def judge(change: float, low: float, high: float, threshold_pp: float) -> tuple[str, str]:
-    """The verdict and its note (see the module docstring)."""
     limit = threshold_pp / 100.0
-    within = abs(change) <= limit + 1e-12
+    edge = -limit if change < 0 else limit
+    if se <= 0:
+        return 0.0 if abs(change) > limit + 1e-12 else 1.0
+    z = (change - edge) / se
+    return float(stats.t.cdf(z, df) if change < 0 else stats.t.sf(z, df))
+
+
+def interval(change: float, se: float, df: float, level: float) -> tuple[float, float]:
+    """The change's `level` Student-t interval (NaN without a standard error)."""
+    from scipy import stats
+
+    if not math.isfinite(se):
+        return (math.nan, math.nan)
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se if se > 0 else 0.0
+    return (change - half, change + half)
+
+
+def judge(change: float, low: float, high: float, adjusted_p: float, threshold_pp: float, alpha: float) -> tuple[str, str]:
+    """The verdict and its note from the change, its (1 - 2 alpha) interval and its Holm-adjusted
+    beyond-the-band p (see the module docstring)."""
+    limit = threshold_pp / 100.0
+    level = f"{(1 - 2 * alpha) * 100:g}%"
     if not math.isfinite(low):
-        if within:
-            return "unchanged", f"within +/-{threshold_pp:g} pp; seed noise unknown (one seed)"
-        return "inconclusive", f"beyond +/-{threshold_pp:g} pp, but with one seed it cannot be told from seed noise"
-    if low <= 0.0 <= high:
-        if within:
-            return "unchanged", "within seed noise (the 95% CI covers 0)"
-        return "inconclusive", f"beyond +/-{threshold_pp:g} pp, but within seed noise (the 95% CI covers 0): more seeds would tell"
-    if within:
-        return "unchanged", f"beyond seed noise, within +/-{threshold_pp:g} pp"
-    return ("regression" if change < 0 else "improvement"), "beyond seed noise and the threshold"
+        return "inconclusive", "one seed on a side: seed noise cannot be estimated from it; run more seeds"
+    if adjusted_p < alpha:
+        side = "below" if change < 0 else "above"
+        return ("regression" if change < 0 else "improvement"), (
+            f"significantly {side} {'-' if change < 0 else '+'}{threshold_pp:g} pp (one-sided p {adjusted_p:.3g}, Holm over the cases)")
+    if -limit - 1e-12 <= low and high <= limit + 1e-12:
+        return "unchanged", f"its {level} interval lies within +/-{threshold_pp:g} pp (equivalence, TOST)"
+    if low > limit or high < -limit:
+        return "inconclusive", (f"its {level} interval lies beyond +/-{threshold_pp:g} pp but not after Holm over the cases "
+                                f"(adjusted p {adjusted_p:.3g}): more seeds would decide it")
+    margin = min(abs(change - limit), abs(change + limit))
+    half = (high - low) / 2
+    factor = (half / margin) ** 2 if margin > 1e-6 and half > 0 else math.inf
+    times = "" if not math.isfinite(factor) else f"about {factor:.1f}x" if factor < 10 else f"about {factor:,.0f}x"
+    return "inconclusive", (f"its {level} interval reaches past +/-{threshold_pp:g} pp: "
+                            + (f"{times} the seeds, or a wider band (--top1-threshold), would decide it" if times
+                               else "the change sits on the band's edge: a wider band (--top1-threshold) would decide it"))
 
 
-def compare_top1(baseline: Any, current: Any, threshold_pp: float = 1.0) -> list[Top1Verdict]:
-    """A verdict for every case both sides trained (ok lines with a top-1), in the baseline's order.
-    `baseline` and `current` are `dstbench.gates.sides.Side`s. Cases match by suite hash, or, where
-    the runs' setups differ only in their seed (and so in their hash), by method, density and point."""
+def compare_top1(baseline: Any, current: Any, threshold_pp: float = 1.0, alpha: float = 0.05) -> list[Top1Verdict]:
+    """A verdict for every case both sides trained (ok lines with a top-1), in the baseline's order,
+    Holm over the cases judged. `baseline` and `current` are `dstbench.gates.sides.Side`s. Cases
+    match by suite hash, or, where the runs' setups differ only in their seed (and so in their
+    hash), by method, density and point. Intervals are (1 - 2 alpha) ones, as the tests read them."""
     seedless = setups_differ_in_seed_only(baseline, current)
     (base, names), (cur, _) = _top1_by_seed(baseline, seedless), _top1_by_seed(current, seedless)
-    verdicts = []
+    found = []
     for key, base_seeds in base.items():
         cur_seeds = cur.get(key)
-        if not cur_seeds:
-            continue
-        b_values, c_values = list(base_seeds.values()), list(cur_seeds.values())
-        paired = set(base_seeds) == set(cur_seeds)
-        if paired:
-            change, low, high = mean_ci([cur_seeds[s] - base_seeds[s] for s in base_seeds], LEVEL)
-        else:
-            change = float(np.mean(c_values) - np.mean(b_values))
-            low, high = welch_interval(b_values, c_values)
-        verdict, note = judge(change, low, high, threshold_pp)
+        if cur_seeds:
+            found.append((key, base_seeds, cur_seeds, change_stats(base_seeds, cur_seeds)))
+    judged = [i for i, (*_, (_, se, _, _)) in enumerate(found) if math.isfinite(se)]
+    raw = {i: beyond_p(found[i][3][0], found[i][3][1], found[i][3][2], threshold_pp) for i in judged}
+    adjusted = dict(zip(judged, holm([raw[i] for i in judged])))
+    verdicts = []
+    for i, (key, base_seeds, cur_seeds, (change, se, df, paired)) in enumerate(found):
+        low, high = interval(change, se, df, 1 - 2 * alpha)
+        verdict, note = judge(change, low, high, adjusted.get(i, 1.0), threshold_pp, alpha)
         if not paired:
             note = f"unpaired: the runs' seeds differ; {note}"
         verdicts.append(Top1Verdict(
-            *names[key], float(np.mean(b_values)), float(np.mean(c_values)), change, low, high, paired,
-            list(base_seeds), list(cur_seeds), verdict, note,
+            *names[key], float(np.mean(list(base_seeds.values()))), float(np.mean(list(cur_seeds.values()))), change, low,
+            high, paired, list(base_seeds), list(cur_seeds), verdict, note,
         ))
     return verdicts
