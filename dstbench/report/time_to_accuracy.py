@@ -24,6 +24,7 @@ from dstbench.report.seeds import format_mean_ci
 from dstbench.report.tables import ordered, pooled_text, run_label
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import frame_points
+from dstbench.results.run_folder import load_run_meta
 from dstbench.results.time_to_target import target_text
 from dstbench.util.text import present
 
@@ -227,9 +228,33 @@ def profile_table(times: pd.DataFrame, taus: np.ndarray = TAUS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def workloads(runs: Any) -> dict[str, str]:
+    """Each run folder's workload, named by its first run: runs whose recorded setups (run.json's
+    `setup`, what the suite hash is made of) are the same apart from the seed are one workload,
+    its seeds spread over them (a suite run again on other seeds). A run without a recorded setup is
+    a workload of its own."""
+    found: dict[str, str] = {}
+    named: list[tuple[dict[str, Any], str]] = []
+    for run in dict.fromkeys(str(r) for r in runs):
+        setup = load_run_meta(run).get("setup")
+        if not isinstance(setup, dict):
+            found[run] = run
+            continue
+        unseeded = {k: v for k, v in setup.items() if k != "seed"}
+        found[run] = next((first for other, first in named if other == unseeded), run)
+        if found[run] == run:
+            named.append((unseeded, run))
+    return found
+
+
 def workload_times(derived: pd.DataFrame) -> pd.DataFrame | None:
-    """Seconds to target by workload (a run's sweep point, or a run) and case label; None with fewer
-    than two workloads. Runs that differ only in seed are one workload's seeds (pooled already)."""
+    """Seconds to target by workload (a sweep point of a workload, or a workload) and case label;
+    None with fewer than two workloads. Runs of one workload (`workloads`: the same setup apart from
+    the seed) are pooled over all their seeds first, as one run."""
+    if "run" in derived:
+        attrs = dict(derived.attrs)
+        derived = derived.assign(run=derived["run"].astype(str).map(workloads(derived["run"])))
+        derived.attrs.update(attrs)
     rows = pooled_cases(derived)
     if rows is None:
         return None
@@ -244,7 +269,8 @@ def workload_times(derived: pd.DataFrame) -> pd.DataFrame | None:
 
 @register_plot(
     "time_to_accuracy_profiles", "Time to accuracy: performance profiles", order=168,
-    caption="For each case, the fraction of workloads (sweep points or suites) on which its estimated time to the "
+    caption="For each case, the fraction of workloads (sweep points or suites; runs of one suite on other seeds are "
+    "one workload, pooled over all its seeds) on which its estimated time to the "
     "target is within a factor tau of the fastest case's there; a workload where it never reached the target counts "
     "as a miss at every tau (AlgoPerf's performance profiles).",
 )

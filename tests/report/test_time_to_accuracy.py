@@ -4,9 +4,11 @@ in `mode: both`, alone and beside a second workload."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,7 +17,7 @@ import dstbench
 
 from dstbench.cli import main
 from dstbench.report.time_to_accuracy import (
-    estimated_curves, pareto_front, profile_table, target_headline, time_to_accuracy_table, workload_times,
+    estimated_curves, pareto_front, profile_table, target_headline, time_to_accuracy_table, workload_times, workloads,
 )
 from dstbench.results.derive import derive, load_frame
 
@@ -62,9 +64,24 @@ def test_a_digits_run_renders_the_section_and_the_headline_names_the_fastest(bot
     assert "Fastest to target" in markdown.read_text(encoding="utf-8")
 
 
+def _copy_with_setup(both_run: Path, folder: Path, **changes: Any) -> Path:
+    """A copy of the run whose run.json records a setup with `changes`."""
+    shutil.copytree(both_run, folder)
+    meta = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**meta, "setup": {**meta["setup"], **changes}}))
+    return folder
+
+
+def test_runs_of_one_suite_on_other_seeds_are_one_workload(both_run: Path, tmp_path: Path) -> None:
+    other = _copy_with_setup(both_run, tmp_path / "other-seeds", seed=7)  # the same setup apart from its seed
+    assert workloads([both_run, other]) == {str(both_run): str(both_run), str(other): str(both_run)}
+    assert workload_times(derive(load_frame([both_run, other]), "dense")) is None  # one workload: no profile
+    changed = _copy_with_setup(both_run, tmp_path / "other-batch", batch_size=64)
+    assert workloads([both_run, changed])[str(changed)] == str(changed)
+
+
 def test_two_workloads_add_the_performance_profiles(both_run: Path, tmp_path: Path) -> None:
-    other = tmp_path / "other-run"
-    shutil.copytree(both_run, other)
+    other = _copy_with_setup(both_run, tmp_path / "other-run", batch_size=64)  # another workload
     times = workload_times(derive(load_frame([both_run, other]), "dense"))
     assert times is not None and len(times) == 2 and set(times.columns) == {"dense@1", "rigl@0.5", "barter@0.5"}
     html = tmp_path / "r.html"
