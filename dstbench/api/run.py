@@ -118,6 +118,28 @@ class Run:
             return derived
         return derived[[c for c in FRAME_COLUMNS if c in derived.columns]]
 
+    def ranking(self, density: float, *, alpha: float = 0.05, point: str | None = None) -> "pd.DataFrame":
+        """The cases at `density` (and dense) ordered by mean top-1 over their seeds, with a compact
+        letter display (`letters`): two cases share a letter exactly when their top-1 difference,
+        paired by seed, is not significant (paired t-test, Holm over every pair at that density,
+        family-wise `alpha`). `.attrs["pairs"]` lists each pair's difference, 95% interval, p and
+        adjusted p (`dstbench.results.ranking`). A run with a sweep ranks one `point` (its text,
+        as case ids show it)."""
+        from dstbench.results.ranking import rank_cases
+        from dstbench.results.replicates import frame_points
+
+        per_seed = self.frame(per_seed=True, all_columns=True)
+        if per_seed.empty or "top1" not in per_seed:
+            raise ValueError(f"{self.path}: no top-1 to rank (a speed run)")
+        points = frame_points(per_seed)
+        found = sorted(set(points))
+        if point is None and len(found) > 1:
+            raise ValueError(f"{self.path} has sweep points {found}: name one (point=...)")
+        if point is not None and point not in found:
+            raise ValueError(f"{self.path} has no sweep point {point!r} (it has {found})")
+        chosen = per_seed[points == (found[0] if point is None else point)]
+        return rank_cases(chosen, density, alpha)
+
     def segments(self) -> "pd.DataFrame":
         """One row per timed segment: `case_id`, `method`, `density`, `seed`, the segment's `ms`, `group`,
         `round`, `process` (which process set timed it), `slot` (its place in the round's order),

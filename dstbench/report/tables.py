@@ -16,6 +16,7 @@ from dstbench.results.record import segment_samples
 from dstbench.report.seeds import format_mean_ci
 from dstbench.report.sections import Rendered, Table, register_table
 from dstbench.results.pooling import pool_seeds
+from dstbench.results.ranking import rank_cases
 from dstbench.results.time_to_target import target_text
 
 
@@ -281,24 +282,33 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     rows = ordered(pool_seeds(derived, baseline=drop_vs))
     headers, cells = _identity(rows)
     timed = "target_seeds" in rows and bool((rows["target_seeds"] > 0).any())  # curves to time to a target
+    letters = ranking_letters(derived)
+    points = frame_points(rows)
+
+    def group(i: Any, r: pd.Series) -> list[str]:
+        return [letters.get((str(r.get("run", "")), points[i], str(r["case_id"])), DASH)] if letters else []
+
     body = [
-        cells(r) + [pooled_text(r, "top1", unit="%"), _seeds_text(r), percent(r.get("top5")),
+        cells(r) + [pooled_text(r, "top1", unit="%"), _seeds_text(r)] + group(i, r) + [percent(r.get("top5")),
                     pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp")]
         + ([target_text(r)] if timed else [])
         + [_num(r.get("epochs"), "g"), _num(r.get("train_time_s"), ".0f")]
-        for _, r in rows.iterrows()
+        for i, r in rows.iterrows()
     ]
     targets = sorted({str(b) for b in rows.get("target_basis", pd.Series(dtype=object)).dropna()}) if timed else []
     return Table(
-        headers + ["top-1 [95% CI]", "seeds", "top-5", f"top-1 drop vs {drop_vs} [95% CI]"]
+        headers + ["top-1 [95% CI]", "seeds"] + (["group"] if letters else []) + ["top-5", f"top-1 drop vs {drop_vs} [95% CI]"]
         + (["steps to target"] if timed else []) + ["epochs", "train s"],
         body,
-        align=["left"] * len(headers) + ["right"] * (6 + timed),
+        align=["left"] * len(headers) + ["right", "right"] + (["left"] if letters else []) + ["right"] * (4 + timed),
         note=(
             "Top-1 on the dataset's test split (an image folder's val/) at the end of training. Over several seeds: the mean with a 95% Student-t "
             "interval (n - 1 degrees of freedom), top-5 and train seconds as means; the drop is the "
             f"{drop_vs} case's top-1 minus the method's in percentage points, paired by seed, with its interval "
             "over the pairs. One seed: its own figures, no interval."
+            + (" Group: at each density (dense with every one), two cases share a letter exactly when their top-1 "
+               "difference paired by seed is not significant (paired t-test, Holm over every pair at that density, "
+               "family-wise alpha 0.05); `a` holds the highest mean." if letters else "")
             + (" Steps to target: the first training step at which test top-1 reached the target, interpolated "
                "between evaluations (precise to the evaluation period shown), the mean over seeds when every seed "
                f"reached it; target: {'; '.join(targets)}." if timed else "")
@@ -306,6 +316,24 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
         ),
         row_classes=_classes(rows),
     )
+
+
+def ranking_letters(derived: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """(run, point, case id) -> its letters in the ranking at its density
+    (`dstbench.results.ranking`); dense, in every density's ranking, as "a (0.1), ab (0.5)". Empty
+    unless some case has two or more seeds (one seed tests nothing)."""
+    if "seed" not in derived or "top1" not in derived or not (derived.groupby("case_id")["seed"].nunique() > 1).any():
+        return {}
+    frame = derived.assign(_point=frame_points(derived), _run=derived["run"].astype(str) if "run" in derived else "")
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for (run, point), rows in frame.groupby(["_run", "_point"], sort=False):
+        densities = sorted({float(d) for d in rows.loc[rows["kind"] != "dense", "density"]}, reverse=True) or [1.0]
+        for density in densities:
+            ranking = rank_cases(rows, density)
+            for case, letters in zip(ranking["case_id"], ranking["letters"]):
+                dense = bool((rows.loc[rows["case_id"] == case, "kind"] == "dense").any()) and len(densities) > 1
+                out.setdefault((run, point, case), []).append(f"{letters} ({density:g})" if dense else letters)
+    return {key: ", ".join(values) for key, values in out.items()}
 
 
 @register_table("failed", "Failed cases", order=40)
