@@ -30,18 +30,27 @@ def _markdown(headers: list[str], rows: list[list[str]], align: list[str]) -> st
     return tabulate(rows, headers=headers, tablefmt="github", colalign=align, disable_numparse=True)
 
 
-def accuracy_table(pooled: pd.DataFrame) -> str:
-    """Top-1 per method (rows) and density (columns): mean [95% CI] over the seeds, and how many."""
+def accuracy_table(pooled: pd.DataFrame, frame: pd.DataFrame) -> str:
+    """Top-1 per method (rows) and density (columns): mean [95% CI] over the seeds, how many, and
+    the case's letters in that density's ranking (`dstbench.results.ranking`: two cases share a
+    letter exactly when their paired-by-seed difference is not significant after Holm)."""
     from dstbench.report.seeds import format_mean_ci
+    from dstbench.results.ranking import rank_cases
 
     densities = sorted({float(d) for d in pooled["density"] if d < 1.0}, reverse=True)
     cell = {(r["method"], float(r["density"])): format_mean_ci(r["top1"], r["top1_ci_low"], r["top1_ci_high"])
             + f" (n={r['seeds']})" for _, r in pooled.iterrows()}
+    letters = {}
+    for density in densities:
+        ranking = rank_cases(frame, density)
+        for case, group in zip(ranking["case_id"], ranking["letters"]):
+            letters[(case.split("@")[0], density)] = group
     rows = []
     for method in pd.unique(pooled["method"]):
         dense_only = all((method, d) not in cell for d in densities)
         label = f"{method} (density 1)" if dense_only else method
-        rows.append([label] + [cell.get((method, 1.0), "—") if dense_only else cell.get((method, d), "—") for d in densities])
+        rows.append([label] + [f"{cell.get((method, 1.0 if dense_only else d), '—')} {letters.get((method, d), '')}".rstrip()
+                               for d in densities])
     return _markdown(["method"] + [f"density {d:g}" for d in densities], rows, ["left"] + ["right"] * len(densities))
 
 
@@ -111,7 +120,10 @@ def generated(run_dirs: list[Path]) -> str:
     return "\n\n".join([
         BEGIN,
         f"Pooled over seeds {', '.join(map(str, seeds))} (`seeds:` in the suite), from:\n\n{listing}",
-        "### Top-1 on the 1,000 mnist5k test images, % (mean [95% CI] over seeds)\n\n" + accuracy_table(pooled),
+        "### Top-1 on the 1,000 mnist5k test images, % (mean [95% CI] over seeds)\n\n"
+        "The letters after each figure: two cases at one density (dense with each) share a letter exactly when their "
+        "top-1 difference paired by seed is not significant (paired t-test, Holm over every pair at that density, "
+        "alpha 0.05).\n\n" + accuracy_table(pooled, frame),
         f"### Top-1 minus `{BASELINE}`'s at the same density and seed, points (mean [95% CI])\n\n" + difference_table(frame),
         "### Exchange dynamics (per case and seed, averaged over seeds)\n\n"
         "Sums over each case's updates. *Made at previous update*: copies of a unit cloned at the update "

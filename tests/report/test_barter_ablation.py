@@ -26,3 +26,20 @@ def test_generated_tables_match_the_committed_runs() -> None:
     committed = readme[readme.index(script.BEGIN) : readme.index(script.END) + len(script.END)]
     assert block == committed  # rerun `python reports/barter_ablation/make_readme.py` after new runs
     assert "| barter_split " in block and "density 0.1" in block
+
+
+@pytest.mark.skipif(not (ABLATION / "runs").is_dir(), reason="no committed ablation runs")
+def test_the_quoted_rigl_lead_over_barter_is_paired_and_not_separated_after_holm() -> None:
+    import re
+
+    from dstbench.results.derive import load_frame
+    from dstbench.results.ranking import rank_cases
+
+    runs = sorted(p.resolve() for p in (ABLATION / "runs").glob("*/") if (p / "results.jsonl").is_file())
+    ranking = rank_cases(load_frame(runs), 0.1)
+    pairs = ranking.attrs["pairs"]
+    pair = pairs.set_index(["higher", "lower"]).loc[("rigl@0.1", "barter_split@0.1")]
+    text = re.sub(r"\s+", " ", (ABLATION / "README.md").read_text(encoding="utf-8"))
+    quoted = (f"`barter_split` is {pair['difference'] * 100:.1f} points below (95% CI [{pair['ci_low'] * 100:.1f}, "
+              f"{pair['ci_high'] * 100:.1f}]), which the ranking's letters do not separate after Holm over the {len(pairs)} pairs")
+    assert quoted in text and not pair["separated"]

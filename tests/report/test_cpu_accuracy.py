@@ -39,19 +39,26 @@ def test_generated_tables_match_the_committed_runs() -> None:
         assert len(frame) == 11 and set(frame["seeds"]) == {3}
 
 
-def test_the_ranking_rules_on_a_constructed_frame() -> None:
+def test_the_ranking_rules_on_constructed_seeds() -> None:
     import pandas as pd
 
+    from dstbench.results.ranking import rank_cases
+
     script = _script()
-    frame = pd.DataFrame({
-        "method": ["dense", "rigl", "static", "rigl"], "density": [1.0, 0.1, 0.1, 0.5],
-        "top1": [0.66, 0.58, 0.60, 0.65], "top1_drop_ci_low": [float("nan"), 0.05, -0.01, 0.0],
-    })
-    assert script.ranking(frame) == ["dense", "static", "rigl"]
+
+    def seeds(top1: dict[str, list[float]]) -> pd.DataFrame:
+        return pd.DataFrame([{"case_id": case, "method": case.split("@")[0], "kind": "dense" if case.startswith("dense") else "masked",
+                              "density": float(case.split("@")[1]), "seed": i, "status": "ok", "top1": v}
+                             for case, values in top1.items() for i, v in enumerate(values)])
+
+    # dense far ahead of both at every seed; rigl and static within a point of each other.
+    first = rank_cases(seeds({"dense@1": [0.70, 0.74, 0.72], "rigl@0.1": [0.60, 0.645, 0.61], "static@0.1": [0.605, 0.64, 0.62]}), 0.1)
+    second = rank_cases(seeds({"dense@1": [0.70, 0.74, 0.72], "rigl@0.1": [0.50, 0.64, 0.62], "static@0.1": [0.60, 0.64, 0.62]}), 0.1)
+    assert script.ranked_text(first) == "dense (a) > static (b) > rigl (b)"
+    both, rest = script.repeated([first, second])
+    assert both == [("dense", "static")] and set(rest) == {("dense", "rigl"), ("static", "rigl")}  # rigl's spread in the second
+    frame = pd.DataFrame({"method": ["dense", "rigl", "static"], "density": [1.0, 0.1, 0.1], "top1_drop_ci_low": [float("nan"), 0.05, -0.01]})
     assert script.dense_leads(frame) == (["rigl"], ["static"])
-    text = script.findings([("seeds 0, 1, 2", frame), ("seeds 3, 4, 5", frame.assign(top1=[0.66, 0.61, 0.60, 0.65]))])
-    assert "dense leads rigl beyond the interval, not static" in text
-    assert "is not the same on the two disjoint seed sets (positions differ for static, rigl)" in text
 
 
 def _flat(path: Path) -> str:
@@ -70,12 +77,30 @@ def test_the_figures_the_readmes_quote_are_the_committed_runs() -> None:
     texts = {name: _flat(path) for name, path in {
         "workload": WORKLOAD / "README.md", "readme": ROOT / "README.md", "results": ROOT / "docs" / "results.md"}.items()}
 
-    order = [script.ranking(f.reset_index()) for f in frames]
-    assert order[0] == order[1]
-    ranked = " > ".join(order[0])
-    assert ranked in texts["workload"] and ranked in texts["readme"]
+    at = [f[(f["density"] == 0.1) | (f["density"] >= 1.0)].sort_values("top1", ascending=False)["method"].tolist() for f in frames]
+    assert at[0] == at[1]  # the order of means, quoted as that
+    means = " > ".join(at[0])
+    assert f"order of mean top-1 is {means} on both" in texts["workload"] and f"({means})" in texts["readme"]
     for f in frames:
         assert script.dense_leads(f.reset_index())[1] == []  # dense beyond every interval at 0.1
+    # What both seed sets separate, quoted from the rankings themselves.
+    ranked = [script.rankings(run)[0.1] for run in runs]
+    both, rest = script.repeated(ranked)
+    separated = ", ".join(f"{a} > {b}" for a, b in both[:-1]) + f" and {both[-1][0]} > {both[-1][1]}"
+    assert f"both seed sets separate only {separated}" in texts["workload"] and f"both separate only {separated}" in texts["readme"]
+    assert f"both seed sets separate only {separated}" in texts["results"]
+
+    def paired(index: int, higher: str, lower: str) -> str:
+        pairs = ranked[index].attrs["pairs"].set_index(["higher", "lower"])
+        row = pairs.loc[(higher, lower)]
+        return f"{row['difference'] * 100:+.1f} [{row['ci_low'] * 100:+.1f}, {row['ci_high'] * 100:+.1f}]"
+
+    for higher, lower in (("rigl@0.1", "set@0.1"), ("set@0.1", "barter@0.1"), ("barter@0.1", "static@0.1"),
+                          ("rigl@0.1", "barter@0.1"), ("small_dense@0.1", "rigl@0.1")):
+        assert f"{paired(0, higher, lower)} and {paired(1, higher, lower)}" in texts["workload"], (higher, lower)
+    assert ("rigl@0.1", "barter@0.1") in script.separated_pairs_of(ranked[0]) and ("rigl@0.1", "barter@0.1") not in script.separated_pairs_of(ranked[1])
+    steps = [script.steps_vs_rigl(run)["barter@0.1"] for run in runs]
+    assert f"{steps[0]} and {steps[1]} steps paired" in texts["workload"]
 
     def pct(f, case: str, column: str = "top1") -> str:  # type: ignore[no-untyped-def]
         return f"{f.loc[case, column] * 100:.1f}"
