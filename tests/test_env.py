@@ -26,10 +26,12 @@ def _git(cwd: Path, *args: str) -> str:
 def test_git_state_of_this_checkout_has_branch_and_commit_time(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in env.GIT_ENV.values():
         monkeypatch.delenv(name, raising=False)
+    assert (env.SOURCE_ROOT / "dstbench" / "__init__.py").is_file()  # the folder holding the package
     state = env.git_state()
-    if state["commit"] is None:
+    if not (env.SOURCE_ROOT / ".git").exists():
+        assert state["commit"] is None and state["source"] == "not a git checkout"
         pytest.skip("dstbench does not run from a git checkout here")
-    assert state["commit"] == _git(env.SOURCE_ROOT, "rev-parse", "HEAD")
+    assert state["commit"] == _git(env.SOURCE_ROOT, "rev-parse", "HEAD") and state["source"] == "git checkout"
     assert state["commit_time"] == _git(env.SOURCE_ROOT, "show", "-s", "--format=%cI", "HEAD")
     assert isinstance(state["dirty"], bool)
 
@@ -43,7 +45,38 @@ def test_an_enclosing_repository_is_not_dstbench_s_commit(tmp_path: Path, monkey
     site = tmp_path / ".venv" / "lib" / "site-packages"
     site.mkdir(parents=True)
     monkeypatch.setattr(env, "SOURCE_ROOT", site)
-    assert env.git_state() == {"commit": None, "branch": None, "commit_time": None, "dirty": None}
+    assert env.git_state() == {"commit": None, "branch": None, "commit_time": None, "dirty": None, "source": "not a git checkout"}
+
+
+def test_a_run_records_the_commit_of_its_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A temporary repository holding a `dstbench` folder stands for a checkout: a new run's run.json
+    records its commit and whether the tree was dirty."""
+    from dstbench.execution.orchestrator import write_run_files
+    from dstbench.suite.loading import parse_suite
+    from tests.conftest import micro_suite
+
+    for name in env.GIT_ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    repo = tmp_path / "checkout"
+    (repo / "dstbench").mkdir(parents=True)
+    (repo / "dstbench" / "__init__.py").write_text("")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "dstbench")
+    monkeypatch.setattr(env, "SOURCE_ROOT", repo.resolve())
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_run_files(run_dir, parse_suite(micro_suite(), "s.yaml"), Path("s.yaml"))
+    import json
+
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["commit"] == _git(repo, "rev-parse", "HEAD") and meta["dirty"] is False and meta["source"] == "git checkout"
+    (repo / "dstbench" / "__init__.py").write_text("changed = True\n")
+    env.git_state.cache_clear()
+    assert env.git_state()["dirty"] is True
+    monkeypatch.setattr(env, "SOURCE_ROOT", (tmp_path / "elsewhere").resolve())
+    env.git_state.cache_clear()
+    assert env.git_state()["source"] == "not a git checkout"
 
 
 def test_the_environment_variables_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,7 +85,8 @@ def test_the_environment_variables_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSTBENCH_GIT_BRANCH", "main")
     monkeypatch.setenv("DSTBENCH_GIT_COMMIT_TIME", "2026-01-01T00:00:00+00:00")
     monkeypatch.setenv("DSTBENCH_GIT_DIRTY", "0")
-    assert env.git_state() == {"commit": "f" * 40, "branch": "main", "commit_time": "2026-01-01T00:00:00+00:00", "dirty": False}
+    assert env.git_state() == {"commit": "f" * 40, "branch": "main", "commit_time": "2026-01-01T00:00:00+00:00", "dirty": False,
+                               "source": "DSTBENCH_GIT_* variables"}
 
 
 @pytest.mark.parametrize("number, text", [(8902, "8.9.2"), (90100, "9.1.0"), (91002, "9.10.2")])

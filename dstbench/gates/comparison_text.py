@@ -101,7 +101,8 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     lines = [("## " if markdown else "") + "dstbench compare", ""]
     for label, side in (("baseline", comparison.baseline), ("current", comparison.current)):
         where = f"`{side.path}`" if markdown else str(side.path)
-        lines.append(f"{'- ' if markdown else ''}{label}: {where} (commit {side.meta.get('commit') or 'unknown'})")
+        commit = side.meta.get("commit") or ("unknown: not a git checkout" if side.meta.get("source") == "not a git checkout" else "unknown")
+        lines.append(f"{'- ' if markdown else ''}{label}: {where} (commit {commit})")
     lines += [f"{'- ' if markdown else ''}gates: {gates}", ""]
     for difference in comparison.env_differences:
         lines.append(f"{'ERROR' if strict else 'WARNING'}: {difference}")

@@ -20,8 +20,11 @@ import torch
 from dstbench.measure import nvml
 
 # The dstbench source tree: the folder holding the `dstbench` package (a checkout, or an editable
-# install's source). Its git state is recorded only when it is itself the top of a git work tree.
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+# install's source; this module is dstbench/measure/environment.py). Its git state is recorded
+# only when it is itself the top of a git work tree.
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+# What `git_state` says of where its commit came from (run.json's `source`).
+GIT_CHECKOUT, NOT_A_CHECKOUT, FROM_ENVIRONMENT = "git checkout", "not a git checkout", "DSTBENCH_GIT_* variables"
 # Set these where there is no checkout to ask (docker/Dockerfile sets them from build arguments);
 # DSTBENCH_GIT_COMMIT wins over git. DSTBENCH_GIT_DIRTY: "1"/"true" or "0"/"false".
 GIT_ENV = {
@@ -60,7 +63,9 @@ def _flag(text: str | None) -> bool | None:
 
 @functools.lru_cache(maxsize=1)
 def git_state() -> dict[str, Any]:
-    """Commit, branch, commit time and dirty flag of the dstbench source (None where unknown).
+    """Commit, branch, commit time and dirty flag of the dstbench source (None where unknown), and
+    `source`: where they came from ("git checkout", "DSTBENCH_GIT_* variables", or "not a git
+    checkout").
 
     From the DSTBENCH_GIT_* variables when DSTBENCH_GIT_COMMIT is set; else from git, but only
     when the top of the enclosing work tree is the dstbench source itself: dstbench installed
@@ -70,8 +75,9 @@ def git_state() -> dict[str, Any]:
         return {
             "commit": os.environ[GIT_ENV["commit"]], "branch": os.environ.get(GIT_ENV["branch"]) or None,
             "commit_time": os.environ.get(GIT_ENV["commit_time"]) or None, "dirty": _flag(os.environ.get(GIT_ENV["dirty"])),
+            "source": FROM_ENVIRONMENT,
         }
-    unknown: dict[str, Any] = {"commit": None, "branch": None, "commit_time": None, "dirty": None}
+    unknown: dict[str, Any] = {"commit": None, "branch": None, "commit_time": None, "dirty": None, "source": NOT_A_CHECKOUT}
     top = _git("rev-parse", "--show-toplevel")
     if top is None or Path(top).resolve() != SOURCE_ROOT:
         return unknown
@@ -85,6 +91,7 @@ def git_state() -> dict[str, Any]:
         "branch": branch if branch and branch != "HEAD" else None,  # None when detached
         "commit_time": _git("show", "-s", "--format=%cI", "HEAD"),
         "dirty": None if status is None else bool(status),
+        "source": GIT_CHECKOUT,
     }
 
 

@@ -30,7 +30,7 @@ class RunDirError(Exception):
 RUN_META_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": (str,), "suite": (str,), "suite_hash": (str,), "suite_path": (str,), "created": (str,),
     "overrides": (dict,), "setup": (dict,), "cases": (list,), "selected": (list,), "interruptions": (list,),
-    "resumes": (list,), "commit": (str, type(None)), "dirty": (bool, type(None)), "point_hashes": (list,),
+    "resumes": (list,), "commit": (str, type(None)), "dirty": (bool, type(None)), "source": (str,), "point_hashes": (list,),
 }
 
 
