@@ -270,9 +270,27 @@ class Method:
         Skipped on an update step of a method with `update_replaces_step`."""
 
     def update_due(self, step: int) -> bool:
-        """Whether a topology update runs at `step`; asked once per step, after backward. Default: by
-        `self.schedule` (an `UpdateSchedule`) when the method sets one, else never."""
+        """Whether a topology update runs at `step`; asked after backward, and also for steps ahead
+        (the profiler picks steps with and without an update), so it must be a pure function of
+        `step`: never count calls or change state in it. Default: by `self.schedule` (an
+        `UpdateSchedule`) when the method sets one, else never."""
         return self.schedule is not None and self.schedule.is_update_step(step)
+
+    def updates_made(self) -> int:
+        """The topology updates made so far. Default: those the harness ran (`update_topology`); a
+        method whose library updates its topology elsewhere (inside its optimizer wrapper) reports
+        its library's count here."""
+        return self.topology_updates
+
+    def update_shortfall(self) -> tuple[int, int] | None:
+        """(the updates its declared `schedule` asks for in the steps taken so far, the updates made)
+        when fewer than half were made: a DST method that (nearly) never updated is a static mask.
+        None without a schedule or when on track."""
+        if self.schedule is None:
+            return None
+        asked = sum(1 for s in self.schedule.update_steps() if s <= self.step)
+        made = self.updates_made()
+        return (asked, made) if asked and 2 * made < asked else None
 
     def update_topology(self, step: int) -> None:
         """The topology update at `step`, last in the step (after the optimizer step unless

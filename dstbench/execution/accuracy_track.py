@@ -50,8 +50,7 @@ Progress = Callable[[str, int, int], None]
 
 class WarmupCosine:
     """LR factor at scheduler step s: linear warmup to 1 over `warmup` steps, then a cosine from 1
-    to `floor` at `total`. A callable object rather than a closure, so that `LambdaLR.state_dict()`
-    records its settings."""
+    to `floor` at `total`. A callable object rather than a closure: its settings stay readable."""
 
     def __init__(self, warmup: int, total: int, floor: float) -> None:
         self.warmup, self.total, self.floor = int(warmup), int(total), float(floor)
@@ -63,9 +62,41 @@ class WarmupCosine:
         return self.floor + (1.0 - self.floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr: float) -> torch.optim.lr_scheduler.LambdaLR:
-    factors = [WarmupCosine(warmup_steps, total_steps, min(1.0, min_lr / g["lr"])) for g in optimizer.param_groups]
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
+class FactorSchedule:
+    """What torch's `LambdaLR` does (each group's lr = its initial lr x its factor at the step
+    count), without wrapping the optimizer's `step`: `LambdaLR` patches `optimizer.step` through
+    its `__func__`, which fails where a method's optimizer wrapper replaced `step` with a plain
+    function (a third-party library's mask-applying wrapper does). Its state is LambdaLR's
+    `base_lrs` and `last_epoch`, so a checkpoint of either loads into it."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, factors: list[Callable[[int], float]]) -> None:
+        self.optimizer, self.factors = optimizer, factors
+        self.base_lrs = [group.setdefault("initial_lr", group["lr"]) for group in optimizer.param_groups]
+        self.last_epoch = 0
+        self._apply()
+
+    def _apply(self) -> None:
+        for group, base, factor in zip(self.optimizer.param_groups, self.base_lrs, self.factors):
+            group["lr"] = base * factor(self.last_epoch)
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        self._apply()
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"base_lrs": list(self.base_lrs), "last_epoch": self.last_epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.base_lrs, self.last_epoch = list(state["base_lrs"]), int(state["last_epoch"])
+        self._apply()
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr: float) -> FactorSchedule:
+    factors: list[Callable[[int], float]] = [WarmupCosine(warmup_steps, total_steps, min(1.0, min_lr / g["lr"])) for g in optimizer.param_groups]
+    return FactorSchedule(optimizer, factors)
 
 
 @torch.no_grad()

@@ -209,10 +209,13 @@ class CaseSession:
         # The accuracy track and the profile run once per case: in its last process set; in a
         # `mode: both` run the training phase trains and the timing phase profiles.
         phase = self.task.phase
+        if self.timed and self.method is not None:
+            flag_missed_updates(self.method, result, "timed segments")
         if self.case.mode(suite.mode) in ("accuracy", "both") and self.task.extras and phase != "timing":
             from dstbench.execution.accuracy_track import measure_accuracy
 
-            measure_accuracy(suite, self.case, device, result, Path(self.task.run_dir), self.progress, resume=self.task.resume)
+            trained = measure_accuracy(suite, self.case, device, result, Path(self.task.run_dir), self.progress, resume=self.task.resume)
+            flag_missed_updates(trained, result, "training run")
         if suite.profile.enabled and self.task.extras and phase != "training":
             from dstbench.measure.profiling import profile_case
 
@@ -227,6 +230,19 @@ class CaseSession:
     def close(self) -> None:
         """Leave the trackers (a case that failed half way)."""
         self._spanning.close()
+
+
+def flag_missed_updates(method: Method, result: CaseResult, where: str) -> None:
+    """A warning on the line when a method that declares a topology schedule made fewer than half
+    the updates it asks for (`Method.update_shortfall`): unflagged, a DST result that never updated
+    reads as DST while it is a static mask."""
+    shortfall = method.update_shortfall()
+    if shortfall is not None:
+        asked, made = shortfall
+        result.warnings.append(
+            f"{made} topology update{'s' if made != 1 else ''} in its {where}'s {method.step:,} steps, where its schedule asks "
+            f"for {asked}: fewer than half, so its figures are nearly a static mask's (does update_due follow the schedule?)"
+        )
 
 
 def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
