@@ -55,7 +55,7 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
     """One row per case (run, method, density, sweep point) of a frame with one row per (case, seed), as `Run.frame()`
     shows it. Over the seeds whose line is ok: `seeds` (how many) and `seed_list` (which), and for
     top-1 and top-5 their mean (`top1`, `top5`), Student-t interval at `level` (`top1_ci_low`,
-    `top1_ci_high`, n - 1 degrees of freedom; NaN with one seed) and sample standard deviation
+    `top1_ci_high`, n - 1 degrees of freedom, cut to [0, 1]; NaN with one seed) and sample standard deviation
     (`top1_std`; NaN with one seed); `top1_drop`: `baseline`'s top-1 minus the case's, paired by
     seed (the same run, sweep point and seed; a seed counts where both are ok), its interval and
     `top1_drop_seeds` (the pairs it rests on); `train_time_s` their mean; the steps to a top-1
@@ -89,6 +89,9 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
         for metric in POOLED_METRICS:
             values = [float(v) for v in values_of[metric][good.index] if math.isfinite(v)]
             mean, low, high = mean_ci(values, level)
+            # An accuracy is a fraction: its interval is cut to [0, 1] (a t interval over few, spread
+            # seeds near 100% would reach past it).
+            low, high = (max(0.0, low), min(1.0, high)) if math.isfinite(low) else (low, high)
             std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
             pooled_values.update({metric: mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high, f"{metric}_std": std})
         for metric in POOLED_MEANS:
