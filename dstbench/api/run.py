@@ -141,6 +141,32 @@ class Run:
         chosen = per_seed[points == (found[0] if point is None else point)]
         return rank_cases(chosen, density, alpha)
 
+    def paired(self, case_a: str, case_b: str, *, level: float = 0.95) -> "pd.DataFrame":
+        """`case_a` minus `case_b` (case ids, `rigl@0.1`), paired by seed over the seeds both
+        trained, ok: one row per figure (`top1`, `steps_to_target`, `time_to_target_s`) with
+        `difference`, its `level` Student-t interval, the two-sided paired t-test's `p` and the
+        `seeds` it rests on; the same test `ranking` makes (`dstbench.results.ranking.paired_test`).
+        Seconds to target are each seed's steps and updates priced at its case's step time: the
+        interval holds the seeds' spread, not the timing's (`frame()`'s speedups to target hold both).
+        A seed where either case missed the target is left out of that figure's pairs (`seeds`)."""
+        import pandas as pd
+
+        from dstbench.results.ranking import paired_test
+
+        per_seed = self.frame(per_seed=True, all_columns=True)
+        ok = per_seed[per_seed["status"] == "ok"]
+        missing = [c for c in (case_a, case_b) if c not in set(ok["case_id"])]
+        if missing:
+            raise ValueError(f"{self.path}: no ok line of {', '.join(missing)} (cases: {', '.join(sorted(set(per_seed['case_id'])))})")
+        rows = []
+        for figure in ("top1", "steps_to_target", "time_to_target_s"):
+            if figure not in ok:
+                continue
+            values = [{r.get("seed"): float(r[figure]) for _, r in ok[ok["case_id"] == c].iterrows()
+                       if isinstance(r[figure], (int, float)) and r[figure] == r[figure]} for c in (case_a, case_b)]
+            rows.append({"figure": figure, **paired_test(values[0], values[1], level)})
+        return pd.DataFrame(rows, columns=["figure", "seeds", "difference", "ci_low", "ci_high", "p"])
+
     def segments(self) -> "pd.DataFrame":
         """One row per timed segment: `case_id`, `method`, `density`, `seed`, the segment's `ms`, `group`,
         `round`, `process` (which process set timed it), `slot` (its place in the round's order),

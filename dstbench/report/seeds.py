@@ -85,8 +85,10 @@ def paired_difference(frame: pd.DataFrame, baseline: str, level: float = 0.95) -
     """Per (method, density), top-1 minus the `baseline` method's at the same density and seed,
     pooled over the seeds both finished: `n`, `diff_mean`, `diff_ci_low`, `diff_ci_high` (the
     negated `top1_drop` of `pool_seeds` against `baseline`). Pairing by seed takes out what a seed
-    does to every method alike (initial weights, data order)."""
-    pooled = pool_seeds(joined_seeds(frame), baseline=baseline, level=level)
+    does to every method alike (initial weights, data order). `frame`: one run over a suite's
+    `seeds:` (its lines name their seed), or runs that differ only in their seed (joined first)."""
+    several = "run" in frame and frame["run"].nunique() > 1
+    pooled = pool_seeds(joined_seeds(frame) if several else frame, baseline=baseline, level=level)
     pooled = pooled[(pooled["method"] != baseline) & (pooled["top1_drop_seeds"] > 0)]
     return pd.DataFrame({
         "method": pooled["method"], "density": pooled["density"].astype(float), "n": pooled["top1_drop_seeds"],

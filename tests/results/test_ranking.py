@@ -81,3 +81,22 @@ def test_a_run_ranks_its_cases_and_the_report_shows_the_letters(both_run) -> Non
     assert table is not None and "group" in table.headers and "Holm over every pair" in table.note
     with pytest.raises(ValueError, match="no sweep point"):
         run.ranking(0.5, point="embed_dim=8")
+
+
+def test_any_two_cases_are_compared_paired_by_seed(both_run) -> None:  # type: ignore[no-untyped-def]
+    import dstbench
+    from dstbench.results.derive import load_frame
+    from dstbench.report.seeds import paired_difference
+
+    run = dstbench.load_run(both_run)
+    paired = run.paired("barter@0.5", "rigl@0.5").set_index("figure")
+    per_seed = run.frame(per_seed=True).set_index(["case_id", "seed"])
+    by_hand = [per_seed.loc[("barter@0.5", s), "top1"] - per_seed.loc[("rigl@0.5", s), "top1"] for s in (0, 1)]
+    assert paired.loc["top1", "seeds"] == 2 and paired.loc["top1", "difference"] == pytest.approx(sum(by_hand) / 2)
+    assert paired.loc["top1", "ci_low"] <= paired.loc["top1", "difference"] <= paired.loc["top1", "ci_high"]
+    assert {"steps_to_target", "time_to_target_s"} <= set(paired.index)
+    with pytest.raises(ValueError, match="no ok line of set@0.5"):
+        run.paired("set@0.5", "rigl@0.5")
+    # The report's paired difference on a run over a suite's `seeds:` (it needed one run per seed).
+    table = paired_difference(load_frame([both_run]), "rigl").set_index("method")
+    assert table.loc["barter", "diff_mean"] == pytest.approx(sum(by_hand) / 2) and table.loc["barter", "n"] == 2
