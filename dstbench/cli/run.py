@@ -117,8 +117,14 @@ def _print_pruned(suite: Any) -> None:
     """The weights the suite's masked methods prune, with their shapes and active weights per density."""
     from tabulate import tabulate
 
-    from dstbench.suite.model_fit import pruned_weights
+    from dstbench.suite.model_fit import pruned_weights, trainable_parameters, unlisted_methods
 
+    others = unlisted_methods(suite)
+    if others:
+        rows = [(label, kind, module, ", ".join(f"{d:g}" for d in densities)) for label, kind, module, densities in others]
+        print(f"\n{suite.model.name}: {trainable_parameters(suite):,} trainable parameters; the methods below shape them "
+              "their own way (only the masked engine's pruning is listed before a run):")
+        print(tabulate(rows, headers=["method", "kind", "defined in", "densities"], tablefmt="simple", disable_numparse=True))
     for labels, shapes, budgets in pruned_weights(suite):
         total = sum(math.prod(shape) for shape in shapes.values())
         print(f"\npruned by {', '.join(labels)}: {len(shapes)} weights of {suite.model.name}, {total:,} in all")

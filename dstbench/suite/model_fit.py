@@ -99,3 +99,21 @@ def pruned_weights(suite: Any) -> list[tuple[list[str], dict[str, tuple[int, ...
         budgets = {d: layer_allotment(shapes, d, distribution) for d in sorted(densities) if shapes}
         out.append((labels, shapes, budgets))
     return out
+
+
+def unlisted_methods(suite: Any) -> list[tuple[str, str, str, list[float]]]:
+    """The suite's methods `pruned_weights` cannot list (not built on the masked engine: dense,
+    compact and plugin methods), each as (label, kind, the module that defines it, densities)."""
+    from dstbench.dst.masked.masked_method import MaskedMethod
+
+    out = []
+    for spec in suite.methods:
+        info = catalog.method_info(spec.name)
+        if not issubclass(info.cls, MaskedMethod):
+            out.append((spec.key, info.kind, info.module, list(suite.method_densities(spec))))
+    return out
+
+
+def trainable_parameters(suite: Any) -> int:
+    """The trainable parameters of the suite's model (built on the meta device: no memory)."""
+    return sum(p.numel() for p in _model(suite).parameters() if p.requires_grad)

@@ -164,3 +164,14 @@ def test_a_plugin_that_wraps_its_optimizer_runs_and_a_broken_one_is_flagged(plug
     assert main(["check", str(run_dir)]) == 0  # a warning, not a failure
     printed = capsys.readouterr()
     assert "toy_broken@0.5: 0 topology updates" in printed.out + printed.err
+
+
+def test_dry_run_shows_a_plugin_methods_module_densities_and_the_models_parameters(
+        plugin_folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = micro_suite(plugins=[PLUGIN], methods=["dense", {"name": "toy_masks", "label": "toy"}], densities=[0.5, 0.1])
+    (plugin_folder / "suite.yaml").write_text(yaml.safe_dump(suite))
+    assert main(["run", str(plugin_folder / "suite.yaml"), "--out", str(plugin_folder / "runs"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "trainable parameters; the methods below shape them their own way" in out
+    [row] = [line for line in out.splitlines() if line.startswith("toy ")]
+    assert row.split()[1:] == ["masked", PLUGIN, "0.5,", "0.1"]
