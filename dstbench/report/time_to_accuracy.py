@@ -159,29 +159,41 @@ def time_to_accuracy_curves(derived: pd.DataFrame) -> Plot | None:
                 "Time to accuracy: top-1 against estimated seconds")
 
 
-def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.Series:
+def pareto_front(points: pd.DataFrame, x: str, y: str, intervals: tuple[str, str, str, str] | None = None) -> pd.Series:
     """Whether each row is Pareto-efficient: no other row has an `x` as low (less accuracy given up)
-    and a `y` as high (faster), one of them strictly."""
+    and a `y` as high (faster), one of them strictly. With `intervals` (the columns of x's low and
+    high, y's low and high ends), a row is dominated only by one better beyond the intervals on both
+    axes: its whole x interval below the row's and its whole y interval above it; a missing end
+    counts as the point itself."""
     values = points[[x, y]].to_numpy(dtype=float)
-    efficient = []
-    for i, (xi, yi) in enumerate(values):
-        dominated = any((xj <= xi and yj >= yi) and (xj < xi or yj > yi) for j, (xj, yj) in enumerate(values) if j != i)
-        efficient.append(not dominated)
+    if intervals is None:
+        efficient = []
+        for i, (xi, yi) in enumerate(values):
+            dominated = any((xj <= xi and yj >= yi) and (xj < xi or yj > yi) for j, (xj, yj) in enumerate(values) if j != i)
+            efficient.append(not dominated)
+        return pd.Series(efficient, index=points.index)
+    ends = points[list(intervals)].to_numpy(dtype=float)
+    ends = np.where(np.isfinite(ends), ends, values[:, [0, 0, 1, 1]])  # no interval: the point
+    efficient = [not any(ends[j, 1] < ends[i, 0] and ends[j, 2] > ends[i, 3] for j in range(len(ends)) if j != i)
+                 for i in range(len(ends))]
     return pd.Series(efficient, index=points.index)
 
 
 @register_plot(
     "time_to_accuracy_pareto", "Time to accuracy: speedup against accuracy given up", order=167,
     caption="Each case's speedup to the target against dense (y; estimated seconds, seeds paired) against its top-1 "
-    "drop vs dense (x, percentage points, mean over seeds); Pareto-efficient cases (none faster with less drop) are "
-    "ringed and named; cases that never reached the target are crosses below the others, named in the corner.",
+    "drop vs dense (x, percentage points, mean over seeds), each with its 95% interval; a case is ringed and named as "
+    "Pareto-efficient unless another is better beyond the intervals on both axes (its whole drop interval lower and its "
+    "whole speedup interval higher): a ring says no case is shown to beat it, not that it beats the others; cases that "
+    "never reached the target are crosses below the others, named in the corner.",
 )
 def time_to_accuracy_pareto(derived: pd.DataFrame) -> Plot | None:
     rows = pooled_cases(derived)
     if rows is None or "time_to_target_speedup_vs_dense" not in rows or (rows["method"] == "dense").sum() == 0:
         return None
     rows = rows[rows["method"] != "dense"].assign(
-        label=lambda f: f["method"] + "@" + f["density"].map(lambda d: f"{float(d):g}"), drop_pp=lambda f: f["top1_drop"] * 100)
+        label=lambda f: f["method"] + "@" + f["density"].map(lambda d: f"{float(d):g}"), drop_pp=lambda f: f["top1_drop"] * 100,
+        drop_low=lambda f: f["top1_drop_ci_low"].astype(float) * 100, drop_high=lambda f: f["top1_drop_ci_high"].astype(float) * 100)
     reached = rows[rows["time_to_target_speedup_vs_dense"].map(present) & rows["drop_pp"].map(present)]
     missed = rows[~rows.index.isin(reached.index)]
     if reached.empty:
@@ -189,12 +201,17 @@ def time_to_accuracy_pareto(derived: pd.DataFrame) -> Plot | None:
     methods = method_colors(derived)
     colors = {label: methods[label.split("@")[0]] for label in rows["label"]}
     figure, ax = new_figure()
-    front = pareto_front(reached, "drop_pp", "time_to_target_speedup_vs_dense")
+    speed = "time_to_target_speedup_vs_dense"
+    front = pareto_front(reached, "drop_pp", speed, ("drop_low", "drop_high", f"{speed}_ci_low", f"{speed}_ci_high"))
     xs = [float(x) for x in rows["drop_pp"] if present(x)] or [0.0]
     middle = (min(xs) + max(xs)) / 2
     for i, r in reached.iterrows():
         x, y = r["drop_pp"], r["time_to_target_speedup_vs_dense"]
         ax.scatter(x, y, color=colors[r["label"]], s=40, zorder=3)
+        xerr = [[x - r["drop_low"]], [r["drop_high"] - x]] if present(r["drop_low"]) and present(r["drop_high"]) else None
+        lo, hi = r.get(f"{speed}_ci_low"), r.get(f"{speed}_ci_high")
+        yerr = [[y - float(lo)], [float(hi) - y]] if present(lo) and present(hi) else None
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, color=colors[r["label"]], alpha=0.5, linewidth=1, capsize=2, zorder=2)
         if front.get(i, False):
             ax.scatter(x, y, facecolors="none", edgecolors="black", s=140, zorder=4)
             # Labels lean inwards, so none runs past the axes (and widens the figure).

@@ -30,6 +30,20 @@ def test_the_pareto_set_is_every_case_nothing_beats_on_both_counts() -> None:
     assert front[front].index.tolist() == ["a", "b", "c", "f"]
 
 
+def test_with_intervals_only_a_case_better_beyond_them_on_both_axes_dominates() -> None:
+    # b beats a on both counts as points, but its intervals overlap a's on the speedup: a stays;
+    # c is better than a beyond both intervals: a goes. d has no interval: its point stands for it.
+    points = pd.DataFrame({
+        "drop": [9.2, 7.5, 3.3, 20.0], "drop_low": [6.9, 6.2, 2.2, math.nan], "drop_high": [11.5, 8.7, 4.3, math.nan],
+        "speedup": [1.02, 1.10, 2.02, 0.5], "speedup_low": [0.80, 0.90, 1.45, math.nan], "speedup_high": [1.31, 1.30, 2.82, math.nan],
+    }, index=list("abcd"))
+    assert pareto_front(points.loc[["a", "b"]], "drop", "speedup")[lambda f: f].index.tolist() == ["b"]  # points alone
+    front = pareto_front(points.loc[["a", "b"]], "drop", "speedup", ("drop_low", "drop_high", "speedup_low", "speedup_high"))
+    assert front.tolist() == [True, True]
+    front = pareto_front(points, "drop", "speedup", ("drop_low", "drop_high", "speedup_low", "speedup_high"))
+    assert front[front].index.tolist() == ["c"]  # c is beyond a's, b's and d's intervals on both axes
+
+
 def test_a_profile_reads_the_share_of_workloads_within_tau_of_the_best() -> None:
     times = pd.DataFrame({"fast": [1.0, 2.0, 3.0, 4.0], "twice": [2.0, 4.0, 6.0, 8.0], "mixed": [1.0, 8.0, math.nan, 4.0]},
                          index=["w1", "w2", "w3", "w4"])
