@@ -111,31 +111,75 @@ def exchange_summary(extras: Any) -> dict[str, dict[str, float]] | None:
     return out or None
 
 
+def empty_blocks(extras: Any) -> dict[str, tuple[int, int]] | None:
+    """Per unit kind, the blocks holding none of it at the first entry of the topology history
+    (step 0) and at the last: a block that lost its last head is never given one back under
+    `grow: clone`. None without a history."""
+    history = topology_history(extras)
+    if history is None:
+        return None
+    out = {}
+    for kind in UNIT_KINDS:
+        matrix = history[kind]  # blocks x entries
+        if matrix.size:
+            out[kind] = (int((matrix[:, 0] == 0).sum()), int((matrix[:, -1] == 0).sum()))
+    return out
+
+
+def empty_block_notes(derived: pd.DataFrame) -> list[str]:
+    """One line per compact case (and seed) whose blocks hold no head or no FFN channel at the start
+    or the end: 'barter@0.1: blocks without heads 1 → 2 of 4'. What a summary must say: a block
+    emptied under `grow: clone` stays empty."""
+    if "method_extras" not in derived:
+        return []
+    notes = []
+    for _, r in ordered(derived).iterrows():
+        empty, history = empty_blocks(r.get("method_extras")), topology_history(r.get("method_extras"))
+        if not empty or history is None:
+            continue
+        blocks = history["heads"].shape[0]
+        parts = [f"without {'heads' if kind == 'heads' else 'FFN channels'} {start} → {end} of {blocks}"
+                 for kind, (start, end) in empty.items() if start or end]
+        if parts:
+            seed = f" seed {int(r['seed'])}" if "seed" in derived and derived["seed"].nunique() > 1 and pd.notna(r.get("seed")) else ""
+            case = f"{r['method']}@{float(r['density']):g}" + (f" [{point_of(r)}]" if point_of(r) else "") + seed
+            notes.append(f"{case}: blocks {', '.join(parts)} (start → end)")
+    return notes
+
+
 @register_table(
     "topology_exchange_table", "Topology exchanges", order=45,
-    caption="What a compact method's topology updates did, per unit kind, summed over the run.",
+    caption="What a compact method's topology updates did, per unit kind, summed over the run, and its blocks left "
+    "empty of a kind at the start and the end.",
 )
 def topology_exchange_table(derived: pd.DataFrame) -> Table | None:
     if "method_extras" not in derived:
         return None
     rows = []
     for _, r in ordered(derived).iterrows():
-        summary = exchange_summary(r.get("method_extras"))
-        for kind, s in (summary or {}).items():
-            over = s["fresh_pruned_share"] / s["fresh_population_share"] if s["fresh_population_share"] else np.nan
+        extras = r.get("method_extras")
+        summary, empty = exchange_summary(extras) or {}, empty_blocks(extras) or {}
+        seed = f" seed {int(r['seed'])}" if "seed" in derived and derived["seed"].nunique() > 1 and pd.notna(r.get("seed")) else ""
+        for kind in [k for k in UNIT_KINDS if k in summary or k in empty]:
+            s = summary.get(kind)
+            over = s["fresh_pruned_share"] / s["fresh_population_share"] if s and s["fresh_population_share"] else np.nan
+            counts = ([str(int(s["updates"])), str(int(s["pruned"])), percent(s["fresh_pruned_share"]), percent(s["fresh_population_share"]),
+                       "—" if not np.isfinite(over) else f"{over:.2f}×", str(int(s["moved"])), str(int(s["new"]))] if s else ["—"] * 7)
+            start, end = empty.get(kind, (None, None))
             rows.append([
-                str(r["method"]) + (f" [{point_of(r)}]" if point_of(r) else ""), f"{float(r['density']):g}", kind, str(int(s["updates"])), str(int(s["pruned"])),
-                percent(s["fresh_pruned_share"]), percent(s["fresh_population_share"]),
-                "—" if not np.isfinite(over) else f"{over:.2f}×", str(int(s["moved"])), str(int(s["new"])),
+                str(r["method"]) + (f" [{point_of(r)}]" if point_of(r) else "") + seed, f"{float(r['density']):g}", kind, *counts,
+                "—" if start is None else f"{start} → {end}",
             ])
     if not rows:
         return None
     return Table(
         headers=["method", "density", "units", "updates", "pruned", "pruned: made at previous update",
-                 "population: made at previous update", "ratio", "moved between blocks", "new units"],
+                 "population: made at previous update", "ratio", "moved between blocks", "new units", "empty blocks: start → end"],
         rows=rows,
-        align=["left", "right", "left"] + ["right"] * 7,
+        align=["left", "right", "left"] + ["right"] * 8,
         note="Units made at an update are the copies of a cloned unit (the first included) and new units; "
         "the two shares are over the updates after the first, and their ratio is above 1 when such "
-        "units are pruned more often than their number would say.",
+        "units are pruned more often than their number would say. Empty blocks: blocks holding no unit of "
+        "that kind (no head, or no FFN channel) at step 0 and at the end of the run; under grow: clone an "
+        "empty block never gets a unit back.",
     )

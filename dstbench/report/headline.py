@@ -11,6 +11,7 @@ import pandas as pd
 
 from dstbench.report.time_to_accuracy import target_headline
 from dstbench.results.derive import data_loading, headline, run_warnings
+from dstbench.report.compact_topology import empty_block_notes
 from dstbench.results.run_folder import run_reference
 from dstbench.util.files import SUITE_FILE
 
@@ -82,6 +83,7 @@ def headline_text(derived: pd.DataFrame) -> str:
     loading = data_loading(derived)
     if loading:
         lines.append(f"data loading: {' | '.join(loading)}")
+    lines += [f"empty blocks: {note}" for note in empty_block_notes(derived)]
     lines += [f"WARNING {w}" for w in run_warnings(derived)]
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from dstbench.report.time_to_accuracy import target_headline
 from dstbench.results.derive import data_loading, headline, run_warnings
+from dstbench.report.compact_topology import empty_block_notes
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
@@ -55,6 +56,7 @@ class Page:
     version: str
     data_loading: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # contended cases, implausible figures: the banner
+    empty_blocks: list[str] = field(default_factory=list)  # compact cases with blocks holding no heads or channels
     nav: list[Link] = field(default_factory=list)
     files: list[Link] = field(default_factory=list)
     # PASS / FAIL / SKIPPED counts of the runs' expectations (None: no suite has any)
@@ -137,6 +139,7 @@ def build_page(
         expectations=counts(verdicts) if any(v.outcomes for v in verdicts) else None,
         coverage=coverage_notes(derived),
         warnings=run_warnings(derived),
+        empty_blocks=empty_block_notes(derived),
     )
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dstbench.report.compact_topology import exchange_summary, topology_exchange_table, topology_history
+from dstbench.report.compact_topology import empty_blocks, exchange_summary, topology_exchange_table, topology_history
 
 
 def test_per_block_lists() -> None:
@@ -72,5 +72,24 @@ def test_exchange_table_shows_each_compact_case_and_kind() -> None:
     ])
     table = topology_exchange_table(derived)
     assert [row[:3] for row in table.rows] == [["barter", "0.1", "heads"], ["barter", "0.1", "hidden"]]
-    assert table.rows[1][3:] == ["3", "12", "66.7%", "50.0%", "1.33×", "5", "1"]
+    assert table.rows[1][3:] == ["3", "12", "66.7%", "50.0%", "1.33×", "5", "1", "0 → 0"]
+    assert table.rows[0][-1] == "0 → 1"  # block 1 lost its only head and never got one back
     assert topology_exchange_table(derived.iloc[1:]) is None
+
+
+def test_empty_blocks_are_counted_at_the_start_and_the_end_even_without_exchange_records() -> None:
+    assert empty_blocks(EXCHANGES) == {"heads": (0, 1), "hidden": (0, 0)}
+    bare = {"topology_history": [{"step": 0, "heads": [0, 2, 2], "hidden": [0, 5, 5]}, {"step": 9, "heads": [0, 0, 4], "hidden": [0, 5, 5]}]}
+    assert empty_blocks(bare) == {"heads": (1, 2), "hidden": (1, 1)} and empty_blocks({}) is None
+    table = topology_exchange_table(pd.DataFrame([{"method": "barter", "density": 0.1, "method_extras": bare, "run": "r"}]))
+    assert [row[-1] for row in table.rows] == ["1 → 2", "1 → 1"] and table.rows[0][3] == "—"
+
+
+def test_the_summary_names_compact_cases_with_empty_blocks() -> None:
+    from dstbench.report.compact_topology import empty_block_notes
+
+    derived = pd.DataFrame([
+        {"method": "barter", "density": 0.1, "method_extras": EXCHANGES, "run": "r"},
+        {"method": "barter", "density": 0.5, "method_extras": {"topology_history": [{"step": 0, "heads": [1, 1], "hidden": [3, 3]}]}, "run": "r"},
+    ])
+    assert empty_block_notes(derived) == ["barter@0.1: blocks without heads 0 → 1 of 2 (start → end)"]
