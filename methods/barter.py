@@ -69,7 +69,7 @@ from dstbench.dst.compact.importance import TaylorImportance
 from dstbench.dst.compact.surgery import Swap, blank_units, remap_optimizer, resize_units
 from dstbench.dst.compact.unit_exchange import assign_slots, exchange_counts, made_by, plan_exchange
 from dstbench.dst.compact.compact_vit import (
-    compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology, unit_activation_bias,
+    barter_layout, compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology, unit_activation_bias,
 )
 from dstbench.dst.method_base import Method
 from dstbench.dst.optimizer import build_optimizer
@@ -117,6 +117,11 @@ class Barter(Method):
                 raise ValueError(f"fresh_units must be one of {', '.join(FRESH_UNITS)}, got {self.fresh_units!r}")
             if self.grow not in GROW:
                 raise ValueError(f"grow must be one of {', '.join(GROW)}, got {self.grow!r}")
+
+    @classmethod
+    def initial_layout(cls, model: nn.Module, density: float, params: dict[str, Any]) -> tuple[list[int], list[int]]:
+        """The heads and FFN channels per block it starts from on a dense timm ViT (`--dry-run`)."""
+        return barter_layout(model, density)
 
     def __init__(self, model: nn.Module, *, density: float, **kwargs: Any) -> None:
         # The base validates everything and builds an optimizer over the dense model (no state yet);

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from dstbench.dst.compact.compact_vit import (
-    LAYOUTS, compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology,
+    LAYOUTS, barter_layout, compact_blocks, compact_vit, empty_branch_parameters, full_prunable_numel, topology, uniform_layout,
 )
 from dstbench.dst.method_base import Method
 from dstbench.dst.optimizer import build_optimizer
@@ -46,6 +46,11 @@ class SmallDense(Method):
         def __post_init__(self) -> None:
             if self.layout not in LAYOUTS:
                 raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {self.layout!r}")
+
+    @classmethod
+    def initial_layout(cls, model: nn.Module, density: float, params: dict[str, Any]) -> tuple[list[int], list[int]]:
+        """The heads and FFN channels per block it holds on a dense timm ViT (`--dry-run`)."""
+        return (uniform_layout if params.get("layout") == "uniform" else barter_layout)(model, density)
 
     def __init__(self, model: nn.Module, *, density: float, **kwargs: Any) -> None:
         # As BARTER: the base validates and builds an optimizer over the dense model (no state yet),

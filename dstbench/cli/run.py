@@ -117,7 +117,7 @@ def _print_pruned(suite: Any) -> None:
     """The weights the suite's masked methods prune, with their shapes and active weights per density."""
     from tabulate import tabulate
 
-    from dstbench.suite.model_fit import pruned_weights, trainable_parameters, unlisted_methods
+    from dstbench.suite.model_fit import compact_layouts, pruned_weights, trainable_parameters, unlisted_methods
 
     others = unlisted_methods(suite)
     if others:
@@ -125,6 +125,13 @@ def _print_pruned(suite: Any) -> None:
         print(f"\n{suite.model.name}: {trainable_parameters(suite):,} trainable parameters; the methods below shape them "
               "their own way (only the masked engine's pruning is listed before a run):")
         print(tabulate(rows, headers=["method", "kind", "defined in", "densities"], tablefmt="simple", disable_numparse=True))
+    layouts = compact_layouts(suite)
+    if layouts:
+        rows = [(label, f"{density:g}", " ".join(map(str, heads)), " ".join(map(str, hidden)), f"{share:.4f}")
+                for label, density, heads, hidden, share in layouts]
+        print(f"\ncompact methods' initial layouts on {suite.model.name}, per block:")
+        print(tabulate(rows, headers=["method", "density", "heads", "FFN channels", "density of prunable weights"],
+                       tablefmt="simple", disable_numparse=True))
     for labels, shapes, budgets in pruned_weights(suite):
         total = sum(math.prod(shape) for shape in shapes.values())
         print(f"\npruned by {', '.join(labels)}: {len(shapes)} weights of {suite.model.name}, {total:,} in all")

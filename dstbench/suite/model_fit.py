@@ -117,3 +117,21 @@ def unlisted_methods(suite: Any) -> list[tuple[str, str, str, list[float]]]:
 def trainable_parameters(suite: Any) -> int:
     """The trainable parameters of the suite's model (built on the meta device: no memory)."""
     return sum(p.numel() for p in _model(suite).parameters() if p.requires_grad)
+
+
+def compact_layouts(suite: Any) -> list[tuple[str, float, list[int], list[int], float]]:
+    """For each compact method that says where it starts (`initial_layout`) and each of its
+    densities: (label, density, heads per block, FFN channels per block, the share of the prunable
+    weights they hold), on the suite's model built on the meta device."""
+    from dstbench.dst.compact.compact_vit import layout_density
+
+    model, out = None, []
+    for spec in suite.methods:
+        layout = getattr(catalog.method_info(spec.name).cls, "initial_layout", None)
+        if layout is None:
+            continue
+        model = model or _model(suite)
+        for density in suite.method_densities(spec):
+            heads, hidden = layout(model, density, dict(spec.params))
+            out.append((spec.key, float(density), list(heads), list(hidden), layout_density(model, heads, hidden)))
+    return out

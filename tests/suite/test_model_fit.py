@@ -97,3 +97,27 @@ def test_a_method_for_linear_weights_alone_is_refused_on_convolutions() -> None:
     assert problem == ("rows_only does not prune convolution weights yet (layer1.0.conv1.weight and 18 more of the ResNet); "
                        "name linear weights alone with prunable")
     assert RowsOnly.model_problem(resnet, {"prunable": r"fc\.weight"}, None) is None
+
+
+def test_dry_run_shows_each_compact_methods_initial_layout_as_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import dstbench
+    from dstbench.suite.model_fit import compact_layouts
+
+    raw = micro_suite(methods=["dense", "barter", {"name": "small_dense", "label": "uniform", "params": {"layout": "uniform"}}],
+                      densities=[0.3, 0.1])
+    suite = parse_suite(raw, "s.yaml")
+    layouts = {(label, density): (heads, hidden, share) for label, density, heads, hidden, share in compact_layouts(suite)}
+    assert set(layouts) == {("barter", 0.3), ("barter", 0.1), ("uniform", 0.3), ("uniform", 0.1)}
+    for (label, density), (heads, hidden, share) in layouts.items():
+        name = "barter" if label == "barter" else "small_dense"
+        params = {"layout": "uniform"} if label == "uniform" else {}
+        model = create_model(suite.model.name, **suite.model.kwargs)
+        method = dstbench.create_method(name, model, density=density, total_steps=10, optimizer=SGD, **params)
+        built = method.result_extras().get("layout") or {"heads": [t["heads"] for t in method.topology()],
+                                                          "hidden": [t["hidden"] for t in method.topology()]}
+        assert (built["heads"], built["hidden"]) == (heads, hidden), (label, density)
+        assert method.density() == pytest.approx(share, abs=1e-9)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "runs"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "compact methods' initial layouts" in out and f"{layouts[('barter', 0.1)][2]:.4f}" in out

@@ -271,6 +271,16 @@ def uniform_layout(model: nn.Module, density: float) -> tuple[list[int], list[in
     return [h] * len(blocks), [c] * len(blocks)
 
 
+def layout_density(model: nn.Module, heads: Sequence[int], hidden: Sequence[int]) -> float:
+    """The share of a dense timm ViT's prunable weights (qkv, proj, fc1, fc2) that a layout holds."""
+    held = full = 0
+    for block, h, c in zip(model.blocks, heads, hidden):
+        dim, head_dim = block.attn.qkv.in_features, block.attn.head_dim
+        held += 4 * dim * h * head_dim + 2 * dim * c
+        full += 4 * dim * block.attn.num_heads * head_dim + 2 * dim * block.mlp.fc1.out_features
+    return held / full
+
+
 def compact_vit(model: nn.Module, density: float, fuse_norms: bool = False, layout: str = "barter") -> nn.Module:
     """Turn a dense timm ViT into its compact form at `density`, in place; returns the model.
 
