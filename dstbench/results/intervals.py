@@ -88,21 +88,29 @@ class UnitSamples:
         return [v for unit in sorted(self.units) for v in self.units[unit]]
 
 
-def paired_units(reference: Any, method: Any, drop_starved: bool = True) -> UnitSamples:
-    """log(reference_ms / method_ms) of every round both were timed in, by unit; a round where
-    either side was starved is left out (and counted) unless `drop_starved` is false."""
-    ref, own = tagged_samples(reference), tagged_samples(method)
+Samples = dict[tuple[str, int], tuple[float, int, bool]]  # (group, round) -> (value, process set, starved)
+
+
+def paired_rounds(pairs: Iterable[tuple[Samples, Samples]], drop_starved: bool = True) -> UnitSamples:
+    """log(reference / method) of every (group, round) both samples of each pair hold, by unit; a
+    round where either side was starved is left out (and counted) unless `drop_starved` is false."""
     units: dict[Unit, list[float]] = {}
     starved = paired = 0
-    for key in sorted(set(ref) & set(own)):
-        (ref_ms, process, ref_starved), (own_ms, _, own_starved) = ref[key], own[key]
-        paired += 1
-        if ref_starved or own_starved:
-            starved += 1
-            if drop_starved:
-                continue
-        units.setdefault((key[0], process), []).append(math.log(ref_ms / own_ms))
+    for ref, own in pairs:
+        for key in sorted(set(ref) & set(own)):
+            (ref_value, process, ref_starved), (own_value, _, own_starved) = ref[key], own[key]
+            paired += 1
+            if ref_starved or own_starved:
+                starved += 1
+                if drop_starved:
+                    continue
+            units.setdefault((key[0], process), []).append(math.log(ref_value / own_value))
     return UnitSamples(units, starved, paired)
+
+
+def paired_units(reference: Any, method: Any, drop_starved: bool = True) -> UnitSamples:
+    """log(reference_ms / method_ms) of every round both were timed in, by unit (`paired_rounds`)."""
+    return paired_rounds([(tagged_samples(reference), tagged_samples(method))], drop_starved)
 
 
 def sample_units(line: Any, drop_starved: bool = True) -> UnitSamples:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dstbench.results.intervals import (
-    LEVEL, BetweenProcesses, UnitSamples, interval, judged_units, pool_between, starved_flags, summarize,
+    LEVEL, BetweenProcesses, UnitSamples, interval, judged_units, paired_rounds, pool_between, starved_flags, summarize,
 )
 from dstbench.results.target_time import (
     TIME_COLUMNS, CaseKey, StepTime, add_target_times, case_keys, case_timings, log_interval, seconds_of, target_time,
@@ -83,19 +83,7 @@ def paired_step_units(pairs: Sequence[tuple[Any, Any]], drop_starved: bool = Tru
     """log(p(other) / p(case)) of every round both lines of each (other, case) pair were timed in
     (each seed's pair its own processes), by unit; starved rounds left out unless `drop_starved`
     is false."""
-    units: dict[Any, list[float]] = {}
-    starved = paired = 0
-    for other, case in pairs:
-        theirs, own = round_steps(other), round_steps(case)
-        for key in sorted(set(theirs) & set(own)):
-            (their_ms, process, their_starved), (own_ms, _, own_starved) = theirs[key], own[key]
-            paired += 1
-            if their_starved or own_starved:
-                starved += 1
-                if drop_starved:
-                    continue
-            units.setdefault((key[0], process), []).append(math.log(their_ms / own_ms))
-    return UnitSamples(units, starved, paired)
+    return paired_rounds([(round_steps(other), round_steps(case)) for other, case in pairs], drop_starved)
 
 
 def step_ratio(pairs: Sequence[tuple[Any, Any]], between: BetweenProcesses) -> StepRatio | None:
