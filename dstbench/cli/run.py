@@ -71,7 +71,7 @@ def print_plan(plan: Any) -> None:
     if suite.compile.enabled:
         print("compile: " + ", ".join(f"{k}={v!r}" for k, v in suite.compile.options().items()) + " (every method alike)")
     done = {c.key for c in plan.cases} - {c.key for c in plan.todo}
-    status = {c.key: "to run" for c in plan.todo}
+    status: dict[str, str] = {}  # a case to run says which phase of `mode: both` it still needs
     if plan.training:
         _print_phases(plan)
         untimed = {c.key for g in plan.todo_groups for c in g.cases}

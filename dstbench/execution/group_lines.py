@@ -12,9 +12,8 @@ from dstbench.execution.launchers.base import GroupRun
 from dstbench.execution.resume_machine import machine_differences
 from dstbench.results.merge import merge_phases, merge_shared, strip_group
 from dstbench.results.record import CaseResult, append_result, iter_results, replace_results
-from dstbench.suite.cases import Case
-from dstbench.suite.groups import Group, base_key, trained_line
-from dstbench.suite.plan import cases_of, run_line_key
+from dstbench.suite.groups import base_key, trained_line
+from dstbench.suite.plan import run_line_key
 from dstbench.suite.schema import SuiteConfig
 
 
@@ -78,8 +77,3 @@ def failed_in(line: dict[str, Any] | None, written: set[str]) -> bool:
     """Whether `line` failed in one of the groups this run timed (`written`)."""
     return line is not None and line.get("status") != "ok" and any(g in written for g in line.get("groups") or [])
 
-
-def in_either(cases: list[Case], groups: list[Group], training: list[Case]) -> list[Case]:
-    """The `cases` to time in `groups` or to train (`training`), in run order."""
-    keys = {c.key for c in cases_of(groups)} | {c.key for c in training}
-    return [c for c in cases if c.key in keys]

@@ -29,14 +29,14 @@ from rich.console import Console
 from dstbench.execution.case_setup import CaseTask
 from dstbench.suite.cases import Case
 from dstbench.suite.plan import (
-    RESUME_MAY_CHANGE, RunPlan, cases_of, make_plan, pending_groups, pending_training, point_suite, resume_conflicts,
-    run_line_key, select_cases, setup_changes,
+    RESUME_MAY_CHANGE, RunPlan, cases_of, in_either, make_plan, pending_groups, pending_training, point_suite,
+    resume_conflicts, run_line_key, select_cases, setup_changes,
 )
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
-from dstbench.execution.group_lines import failed_in, in_either, latest_lines, write_group
+from dstbench.execution.group_lines import failed_in, latest_lines, write_group
 from dstbench.suite.groups import Group, shared_cases
 from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.lifeline import Terminated
@@ -205,10 +205,17 @@ def run_cases(
     launcher = launcher or make_launcher(suite.launcher)
     shared = shared_cases(groups) if shared is None else shared
     training = list(training or [])
-    # The two phases, one after the other: the timing phase (`groups`) and the training phase.
-    phases = [("timing" if training or suite.mode == "both" else "", groups), ("training", [Group(c.key, (c,)) for c in training])]
+    # The two phases, one after the other: the groups (which only time at a `mode: both` point),
+    # then the trainings of `mode: both`.
+    phases = [("timing", groups), ("training", [Group(c.key, (c,)) for c in training])]
     # Each case runs with its own sweep point's suite (the suite itself without a sweep).
     point_data = {case.point: point_suite(suite, case).model_dump(mode="json") for case in [*cases_of(groups), *training]}
+
+    def task_phase(case: Case, phase: str) -> str:
+        """The task's phase (`CaseTask.phase`): "timing" only at a `mode: both` point (a sweep may
+        vary the mode), "" for the groups of a speed or accuracy point."""
+        return phase if phase == "training" or point_data[case.point].get("mode") == "both" else ""
+
     # The suite's path made absolute: a case process finds `plugins:` beside it wherever it starts.
     task_path = str(suite_path.absolute())
     key = run_line_key(suite)
@@ -227,12 +234,13 @@ def run_cases(
                 # A case whose timing failed in this run has its failure for a line: no training.
                 now = latest_lines(run_dir, suite)
                 phase_groups = [g for g in phase_groups if not failed_in(now.get(g.key), written_ids)]
-            tasks = {c.key: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume, phase=phase)
-                     for c in cases_of(phase_groups)}
+            tasks = {c.key: CaseTask(point_data[c.point], task_path, c.to_dict(), str(run_dir), resume=resume,
+                                     phase=task_phase(c, phase)) for c in cases_of(phase_groups)}
             # Closed however the loop ends: a launcher that runs cases elsewhere (jobs, slots) stops them.
             with contextlib.closing(schedule_groups(launcher, phase_groups, tasks, progress_for, suite.reference)) as timed_groups:
                 for timed in timed_groups:
-                    written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed, here, phase)
+                    written = write_group(run_dir, suite, timed, shared, written_ids, retry_failed, here,
+                                          task_phase(timed.group.cases[0], phase))
                     for result in written:
                         result_key = key({"case_id": result.case_id, "seed": result.seed})
                         progress.case_finished(result_key, result, count=result_key not in counted)

@@ -82,10 +82,12 @@ def merge_phases(timing: Any, training: Any, line_type: type = CaseResult) -> An
     merged = dataclasses.replace(timing, warnings=list(dict.fromkeys([*timing.warnings, *training.warnings])))
     for name in TRAINING_FIELDS:
         setattr(merged, name, getattr(training, name))
-    if timing.data_loading and training.data_loading and timing.data_loading != training.data_loading:
-        merged.data_loading = f"speed: {timing.data_loading}; accuracy: {training.data_loading}"
+    # A line joined before (timed again after its training) names both already: keep its accuracy part.
+    accuracy = (training.data_loading or "").split("; accuracy: ", 1)[-1] or None
+    if timing.data_loading and accuracy and timing.data_loading != accuracy:
+        merged.data_loading = f"speed: {timing.data_loading}; accuracy: {accuracy}"
     else:
-        merged.data_loading = timing.data_loading or training.data_loading
+        merged.data_loading = timing.data_loading or accuracy
     if timing.duration_s is not None and training.duration_s is not None:
         merged.duration_s = timing.duration_s + training.duration_s
     if training.status != "ok":

@@ -192,10 +192,8 @@ def make_plan(
     shared = shared_cases(timing_groups(suite, all_cases, can_interleave=can_interleave))
     training = training_cases(suite, cases)
     todo_training = pending_training(training, lines)
-    # A case to run in either phase, in run order.
     todo_groups = pending_groups(groups, lines, shared)
-    left = {c.key for c in cases_of(todo_groups)} | {c.key for c in todo_training}
-    todo = [c for c in cases if c.key in left]
+    todo = in_either(cases, todo_groups, todo_training)
     return RunPlan(
         suite, suite_path, overrides, all_cases, cases, run_dir, todo, launcher, groups, shared, training, todo_training, todo_groups,
     )
@@ -208,6 +206,12 @@ def pending_groups(groups: list[Group], lines: dict[str, dict[str, Any]], shared
     lines are then replaced. `shared`: as `RunPlan.shared` (default: the cases shared by `groups`)."""
     shared = shared_cases(groups) if shared is None else shared
     return [g for g in groups if not group_done(g, lines, shared)]
+
+
+def in_either(cases: list[Case], groups: list[Group], training: list[Case]) -> list[Case]:
+    """The `cases` to time in `groups` or to train (`training`), in run order."""
+    keys = {c.key for c in cases_of(groups)} | {c.key for c in training}
+    return [c for c in cases if c.key in keys]
 
 
 def cases_of(groups: list[Group]) -> list[Case]:

@@ -125,6 +125,8 @@ def test_the_phases_join_in_one_line() -> None:
     assert (line.mode, line.groups, line.segment_ms) == ("both", ["d=0.1#a"], [5.0, 6.0])  # the timing's
     assert all(getattr(line, name) == getattr(training, name) for name in TRAINING_FIELDS)  # the training's
     assert (line.data_loading, line.duration_s, line.warnings) == ("speed: synthetic; accuracy: digits", 7.0, ["busy", "late"])
+    again = merge_phases(timing, line)  # timed again after its training: the joined line is the training side
+    assert again.data_loading == "speed: synthetic; accuracy: digits" and again.top1 == 0.7
     failed = merge_phases(timing, CaseResult(**{**training.__dict__, "status": "error", "error": "Traceback: boom"}))
     assert failed.status == "error" and failed.error == "in training: Traceback: boom" and failed.segment_ms == [5.0, 6.0]
     assert merge_phases(CaseResult(**{**timing.__dict__, "status": "oom"}), training).top1 is None  # a failed timing stays
@@ -152,3 +154,15 @@ def test_a_resume_after_a_kill_in_either_phase_finishes_every_line(both_run: Pat
         assert after[(method, 0)]["groups"] != before[(method, 0)]["groups"]  # timed again, together
         assert len({base_key(g) for g in after[(method, 0)]["segment_group"]}) == 1
     assert after[("rigl", 0)]["curve"] == before[("rigl", 0)]["curve"] and after[("dense", 0)]["curve"]
+
+
+@pytest.mark.slow
+def test_a_sweep_over_the_mode_trains_its_accuracy_point_and_times_its_both_point(tmp_path: Path) -> None:
+    suite = digits_suite(methods=["dense", "rigl"], accuracy={"epochs": 1, "checkpoint_every": 0},
+                         timing={"warmup_steps": 2, "segment_steps": 3, "segments": 2, "processes": 1})
+    suite["sweep"] = {"mode": ["accuracy", "both"]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(suite))
+    run_dir = run_suite(tmp_path / "s.yaml", out=tmp_path / "runs")
+    lines = [json.loads(text) for text in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert {(line["mode"], bool(line["curve"]), len(line["segment_ms"])) for line in lines} == {("accuracy", True, 0), ("both", True, 2)}
+    assert len(lines) == 4
