@@ -149,6 +149,8 @@ class Run:
         Seconds to target are each seed's steps and updates priced at its case's step time: the
         interval holds the seeds' spread, not the timing's (`frame()`'s speedups to target hold both).
         A seed where either case missed the target is left out of that figure's pairs (`seeds`)."""
+        import math
+
         import pandas as pd
 
         from dstbench.results.ranking import paired_test
@@ -163,7 +165,7 @@ class Run:
             if figure not in ok:
                 continue
             values = [{r.get("seed"): float(r[figure]) for _, r in ok[ok["case_id"] == c].iterrows()
-                       if isinstance(r[figure], (int, float)) and r[figure] == r[figure]} for c in (case_a, case_b)]
+                       if isinstance(r[figure], (int, float)) and math.isfinite(r[figure])} for c in (case_a, case_b)]
             rows.append({"figure": figure, **paired_test(values[0], values[1], level)})
         return pd.DataFrame(rows, columns=["figure", "seeds", "difference", "ci_low", "ci_high", "p"])
 

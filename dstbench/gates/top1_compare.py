@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dstbench.results.intervals import holm
+from dstbench.results.run_folder import setup_without_seed
 from dstbench.suite.cases import case_id
 
 @dataclasses.dataclass
@@ -84,10 +85,8 @@ def _top1_by_seed(side: Any, seedless: bool) -> tuple[dict[tuple[Any, ...], dict
 def setups_differ_in_seed_only(baseline: Any, current: Any) -> bool:
     """Whether the runs' recorded setups (run.json's `setup`, what the suite hash is made of) are
     the same but for the seed: their cases are then the same cases, trained from other seeds."""
-    setups = [side.meta.get("setup") for side in (baseline, current)]
-    if not all(isinstance(setup, dict) for setup in setups):
-        return False
-    return {k: v for k, v in setups[0].items() if k != "seed"} == {k: v for k, v in setups[1].items() if k != "seed"}
+    setups = [setup_without_seed(side.meta) for side in (baseline, current)]
+    return setups[0] is not None and setups[0] == setups[1]
 
 
 def change_stats(base: dict[Any, float], cur: dict[Any, float]) -> tuple[float, float, float, bool]:

@@ -24,7 +24,7 @@ from dstbench.report.seeds import format_mean_ci
 from dstbench.report.tables import ordered, pooled_text, run_label
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import frame_points
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_folder import load_run_meta, setup_without_seed
 from dstbench.results.time_to_target import target_text
 from dstbench.util.text import present
 
@@ -253,11 +253,10 @@ def workloads(runs: Any) -> dict[str, str]:
     found: dict[str, str] = {}
     named: list[tuple[dict[str, Any], str]] = []
     for run in dict.fromkeys(str(r) for r in runs):
-        setup = load_run_meta(run).get("setup")
-        if not isinstance(setup, dict):
+        unseeded = setup_without_seed(load_run_meta(run))
+        if unseeded is None:
             found[run] = run
             continue
-        unseeded = {k: v for k, v in setup.items() if k != "seed"}
         found[run] = next((first for other, first in named if other == unseeded), run)
         if found[run] == run:
             named.append((unseeded, run))

@@ -87,6 +87,13 @@ def require_results(run_dirs: Iterable[str | Path], *, finished: bool = False) -
     return paths
 
 
+def setup_without_seed(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's recorded setup (run.json's `setup`, what the suite hash is made of) less its seed:
+    two runs with equal ones ran the same cases, trained from other seeds. None when not recorded."""
+    setup = meta.get("setup")
+    return {k: v for k, v in setup.items() if k != "seed"} if isinstance(setup, dict) else None
+
+
 def stored_suite(run_dir: str | Path) -> dict[str, Any]:
     """The suite a run folder keeps, as plain data, read without validation (no torch, no data);
     {} when unreadable."""
