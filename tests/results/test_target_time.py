@@ -6,6 +6,7 @@ cases, and a digits run in `mode: both` end to end (`Run.frame`, the report, the
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -186,12 +187,13 @@ def test_a_run_in_mode_both_times_each_case_to_its_target(both_run: Path) -> Non
 
     def priced(other: str) -> float:
         rho = step_ratio([(lines[(other, 0)], lines[("barter@0.5", 0)])], BetweenProcesses())
-        assert rho is not None and "paired over 2 processes x 3 rounds" in rho.covers
+        # 3 rounds were timed; a round the machine starved is left out, so a busy machine shows fewer.
+        assert rho is not None and re.search(r"paired over 2 processes x [1-3] rounds?", rho.covers), rho
         row = frame.loc[other]
         return (row["steps_to_target"] * rho.value * barter["step_ms_without_updates"] + row["updates_to_target"] * (row["update_ms"] if row["updates_to_target"] else 0)) / 1e3
 
     assert barter["time_to_target_speedup"] == pytest.approx(priced("dense@1") / barter["time_to_target_s"])  # the reference is dense
-    assert barter["time_to_target_speedup_basis"].startswith("2 seeds paired; step-time ratio paired over 2 processes x 3 rounds")
+    assert re.match(r"2 seeds paired; step-time ratio paired over 2 processes x [1-3] rounds?", barter["time_to_target_speedup_basis"])
     report = run.report()
     assert "time to target s" in report and "accuracy-run s" in report
     outcomes = evaluate([Expectation(metric="time_to_target_speedup", method="barter", vs="rigl", min=0.01),
