@@ -1,12 +1,16 @@
 """BARTER: compact dynamic sparse training whose tensors physically shrink.
 
 The ViT is made compact at construction (`dstbench.dst.compact.compact_vit`): at density d the blocks hold
-H = round(d * total heads) heads and C = round(d * total FFN channels) channels (halves up, as every
-count in dstbench), spread evenly, as physically sized tensors; with the suite's `fuse_norms` the
+H = round(d * total heads) heads (halves up, as every count in dstbench) and C FFN channels, C the
+count that brings the prunable weights closest to d times their full count (`budgets`: the channels
+absorb the heads' rounding, so BARTER holds the masked methods' weight count, not up to half a head
+per model more), spread evenly, as physically sized tensors; with the suite's `fuse_norms` the
 blocks run norm1+qkv and norm2+fc1 fused, as every method's blocks then do. Training runs on that
 compact model. Every `delta_t` steps until `t_end`, with the replaced fraction on RigL's cosine
-schedule, heads and channels are exchanged, each kind under its own fixed budget: the
-round(fraction * budget) units with the lowest
+schedule, heads and channels are exchanged, each kind under its own fixed budget: fraction x budget
+plus the remainder carried from the updates before, rounded down (`carried_count`: over the run the
+exchanges add up to within one unit of what the schedule asked, where rounding each update alone
+would move one of 2 heads at every update), units with the lowest
 accumulated Taylor importance (`dstbench.dst.compact.importance`) are pruned and as many units are grown;
 the tensors are resized and the optimizer state remapped (`dstbench.dst.compact.surgery`), so no dense
 tensor ever exists.
@@ -51,7 +55,8 @@ in top-1, so the simpler rule stays and `clone_or_new` is there to select.
 
 Each update records, per unit kind, `pruned`, `pruned_clones` (of those, units made at the previous
 update), `population`, `clone_population` (units made at the previous update before this one),
-`moved` (units that changed block), `cloned` and `new` in `topology_history[i]["exchange"]`.
+`moved` (units that changed block), `cloned`, `new` and `asked` (fraction x budget, before the
+carried remainder) in `topology_history[i]["exchange"]`.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ from dstbench.dst.compact.compact_vit import (
 from dstbench.dst.method_base import Method
 from dstbench.dst.optimizer import build_optimizer
 from dstbench.dst.registry import register_method
-from dstbench.dst.update_schedule import UpdateSchedule, round_half_up
+from dstbench.dst.update_schedule import UpdateSchedule, carried_count
 
 
 FRESH_UNITS = ("split", "rescale", "exempt")
@@ -144,6 +149,8 @@ class Barter(Method):
         # number of copies its source was split into, 1 for a new unit, 0 if not made then. Host.
         budgets = self.budgets()
         self.made = {kind: torch.zeros(n, dtype=torch.long) for kind, n in budgets.items()}
+        # Per unit kind, the part of a unit asked by the updates so far and not yet exchanged.
+        self.carried = {kind: 0.0 for kind in KINDS}
 
     # -- what the harness reads -------------------------------------------------------------------
     def topology(self) -> list[dict[str, int]]:
@@ -214,8 +221,9 @@ class Barter(Method):
         with self.update_phase(phases.PRUNE_GROW):
             for index, kind in enumerate(KINDS):
                 grow = growth[index].split([sizes[kind], len(blocks)]) if growth else None
-                k = round_half_up(fraction * sizes[kind])
+                k, self.carried[kind] = carried_count(fraction * sizes[kind], self.carried[kind])
                 plans[kind], stats[kind] = self._plan(kind, modules[kind], scores[kind], k, grow)
+                stats[kind]["asked"] = fraction * sizes[kind]
         with self.update_phase(phases.RESIZE):
             swaps: list[Swap] = []
             for kind in KINDS:
@@ -273,6 +281,7 @@ class Barter(Method):
             ],
             "importance": {"heads": self.importance.heads.clone(), "channels": self.importance.channels.clone()},
             "made": {kind: made.clone() for kind, made in self.made.items()},
+            "carried": dict(self.carried),
             "history": [dict(entry) for entry in self.history],
         }
 
@@ -301,6 +310,8 @@ class Barter(Method):
         # Checkpoints from before `made` was kept: no unit counts as made at the last update.
         for kind, made in state.get("made", {}).items():
             self.made[kind] = made.clone().to("cpu", torch.long)
+        # Checkpoints from before the remainder was carried: nothing carried.
+        self.carried = {kind: float(state.get("carried", {}).get(kind, 0.0)) for kind in KINDS}
         self.history = [dict(entry) for entry in state["history"]]
 
 

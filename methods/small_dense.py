@@ -23,8 +23,8 @@ class SmallDense(Method):
     initial shapes by default, or every block narrowed alike).
 
     `layout: barter` (the default): the blocks hold exactly what BARTER's hold at construction
-    (`compact_vit`): H = round(d * total heads) heads and C = round(d * total FFN channels)
-    channels, spread evenly over the blocks (whole heads go to the earliest blocks; later ones may
+    (`compact_vit`): H = round(d * total heads) heads and the C FFN channels that bring the prunable
+    weights closest to d times their full count (`budgets`), spread evenly over the blocks (whole heads go to the earliest blocks; later ones may
     hold none). Its step is what any compact method at these shapes costs at least, so a compact
     method's time against it says what its own machinery costs (the report's shape limit).
 

@@ -14,8 +14,19 @@ def round_half_up(value: float) -> int:
     from a density go through this one rule, so masked and compact methods hold alike-rounded
     budgets (Python's `round` rounds halves to even: round(2.5) == 2). Exchange sizes follow each
     method's reference: the masked methods truncate (`int(n * fraction)`, as rigl-torch), BARTER
-    rounds with this rule so that a small budget still exchanges a unit early on."""
+    carries the remainder (`carried_count`)."""
     return int(math.floor(value + 0.5))
+
+
+def carried_count(asked: float, carried: float) -> tuple[int, float]:
+    """(units to exchange now, remainder to carry): `asked` (fraction x units) plus the remainder
+    carried from the updates before, rounded down. Over a run the units exchanged stay within one
+    of the sum asked, so a budget of 2 heads at fraction 0.3 exchanges a head about every other
+    update instead of half its heads at every one (rounding each update alone), or never
+    (truncating each alone)."""
+    total = asked + carried
+    count = int(math.floor(total + 1e-9))  # 0.3 + 0.7 is one unit, not 0.9999999
+    return count, max(0.0, total - count)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ An update entry may also carry `"exchange": {"heads": {...}, "hidden": {...}}`, 
 to each unit kind: `pruned`, `pruned_clones` (of those, units made at the previous update: copies
 of a cloned unit, the first included, or new units), `population` (units before the update),
 `clone_population` (of those, units made at the previous update), `moved` (units that changed
-block: what the blocks that grew gained), `cloned` and `new`. `exchange_summary` totals them per
-case and the "Topology exchanges" table shows them.
+block: what the blocks that grew gained), `cloned`, `new` and `asked` (the fraction times the
+population, a float: what the schedule asked before the carried remainder and the rounding down).
+`exchange_summary` totals them per case and the "Topology exchanges" table shows them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dstbench.results.replicates import point_of
 
 HISTORY_KEYS = ("topology_history", "topology")
 UNIT_KINDS = ("heads", "hidden")
-EXCHANGE_FIELDS = ("pruned", "pruned_clones", "population", "clone_population", "moved", "cloned", "new")
+EXCHANGE_FIELDS = ("pruned", "pruned_clones", "population", "clone_population", "moved", "cloned", "new", "asked")
 
 
 def _per_block(entry: dict[str, Any]) -> tuple[list[float], list[float]] | None:
@@ -84,7 +85,8 @@ def _history(extras: Any) -> list[Any] | None:
 
 def exchange_summary(extras: Any) -> dict[str, dict[str, float]] | None:
     """Per unit kind, the exchanges of a run: `updates` (that exchanged anything or not, skipped ones
-    left out), totals of `pruned`, `moved`, `cloned`, `new`, and over the updates after the first
+    left out), totals of `pruned`, `moved`, `cloned`, `new`, `asked` (NaN where an update did not
+    record it: runs from before the remainder was carried), and over the updates after the first
     (the ones that can meet units made at a previous update) `fresh_pruned_share`, the share of
     pruned units made at the previous update, against `fresh_population_share`, their share of the
     population. None when the history holds no exchange records."""
@@ -105,6 +107,7 @@ def exchange_summary(extras: Any) -> dict[str, dict[str, float]] | None:
         out[kind] = {
             "updates": len(rows),
             **{field: total(field) for field in ("pruned", "moved", "cloned", "new")},
+            "asked": total("asked") if all(isinstance(r.get("asked"), (int, float)) for r in rows) else np.nan,
             "fresh_pruned_share": total("pruned_clones", later) / pruned if pruned else np.nan,
             "fresh_population_share": total("clone_population", later) / population if population else np.nan,
         }
@@ -163,8 +166,8 @@ def topology_exchange_table(derived: pd.DataFrame) -> Table | None:
         for kind in [k for k in UNIT_KINDS if k in summary or k in empty]:
             s = summary.get(kind)
             over = s["fresh_pruned_share"] / s["fresh_population_share"] if s and s["fresh_population_share"] else np.nan
-            counts = ([str(int(s["updates"])), str(int(s["pruned"])), percent(s["fresh_pruned_share"]), percent(s["fresh_population_share"]),
-                       "—" if not np.isfinite(over) else f"{over:.2f}×", str(int(s["moved"])), str(int(s["new"]))] if s else ["—"] * 7)
+            counts = ([str(int(s["updates"])), "—" if not np.isfinite(s["asked"]) else f"{s['asked']:.1f}", str(int(s["pruned"])), percent(s["fresh_pruned_share"]), percent(s["fresh_population_share"]),
+                       "—" if not np.isfinite(over) else f"{over:.2f}×", str(int(s["moved"])), str(int(s["new"]))] if s else ["—"] * 8)
             start, end = empty.get(kind, (None, None))
             rows.append([
                 str(r["method"]) + (f" [{point_of(r)}]" if point_of(r) else "") + seed, f"{float(r['density']):g}", kind, *counts,
@@ -173,11 +176,13 @@ def topology_exchange_table(derived: pd.DataFrame) -> Table | None:
     if not rows:
         return None
     return Table(
-        headers=["method", "density", "units", "updates", "pruned", "pruned: made at previous update",
+        headers=["method", "density", "units", "updates", "asked", "pruned", "pruned: made at previous update",
                  "population: made at previous update", "ratio", "moved between blocks", "new units", "empty blocks: start → end"],
         rows=rows,
-        align=["left", "right", "left"] + ["right"] * 8,
-        note="Units made at an update are the copies of a cloned unit (the first included) and new units; "
+        align=["left", "right", "left"] + ["right"] * 9,
+        note="Asked: the schedule's fraction times the population, summed over the updates; each update "
+        "exchanges what it asks plus the remainder carried from the updates before, rounded down, so pruned "
+        "is within one unit of asked where every exchange fit. Units made at an update are the copies of a cloned unit (the first included) and new units; "
         "the two shares are over the updates after the first, and their ratio is above 1 when such "
         "units are pruned more often than their number would say. Empty blocks: blocks holding no unit of "
         "that kind (no head, or no FFN channel) at step 0 and at the end of the run; under grow: clone an "

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 
+import torch
+
 from dstbench.dst.compact.compact_vit import (
-    barter_layout, budgets, compact_vit, full_prunable_numel, spread, topology, uniform_layout,
+    barter_layout, budgets, compact_vit, full_prunable_numel, layout_density, spread, topology, uniform_layout,
 )
+from dstbench.dst.update_schedule import round_half_up
+from dstbench.suite.loading import read_yaml
+from dstbench.suite.sweep import point_data, sweep_values
 from dstbench.models.timm_models import create_vit, prunable_weights
 from tests.conftest import micro_vit
 
@@ -30,6 +36,50 @@ def test_barter_layout_is_the_budgets_spread_over_the_blocks() -> None:
         heads, hidden = budgets(model, density)
         assert barter_layout(model, density) == (spread(heads, [4, 4]), spread(hidden, [256, 256]))
     assert topology(compact_vit(micro_vit(), 0.3)) == topology(compact_vit(micro_vit(), 0.3, layout="barter"))
+
+
+def _weights(model, heads: list[int], hidden: list[int]) -> int:
+    return sum(4 * b.attn.qkv.in_features * b.attn.head_dim * h + 2 * b.attn.qkv.in_features * c
+               for b, h, c in zip(model.blocks, heads, hidden))
+
+
+@pytest.mark.parametrize("shape", [
+    {"embed_dim": 64, "depth": 4, "num_heads": 4},  # cpu_accuracy's: a head weighs 32 channels
+    {"embed_dim": 64, "depth": 6, "num_heads": 4},  # barter_ablation's
+    {"embed_dim": 128, "depth": 4, "num_heads": 8},  # cpu_smoke's
+    {"embed_dim": 96, "depth": 3, "num_heads": 3, "mlp_ratio": 2.0},
+    {"embed_dim": 384, "depth": 12, "num_heads": 6},  # ViT-Small
+])
+def test_barter_channels_absorb_the_heads_rounding(shape: dict) -> None:
+    """H rounds d x heads, halves up; C is the channel count whose weights bring the total closest
+    to d x the full count (one channel more or fewer is no closer), ties to fewer."""
+    with torch.device("meta"):
+        model = create_vit("vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=10, **shape)
+    caps_h, caps_c = [b.attn.num_heads for b in model.blocks], [b.mlp.fc1.out_features for b in model.blocks]
+    full = _weights(model, caps_h, caps_c)
+    for density in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9):
+        heads, hidden = budgets(model, density)
+        assert heads == round_half_up(density * sum(caps_h))
+        target = density * full
+
+        def miss(c: int) -> float:
+            return abs(_weights(model, spread(heads, caps_h), spread(c, caps_c)) - target)
+
+        assert miss(hidden) <= min(miss(max(0, hidden - 1)), miss(min(sum(caps_c), hidden + 1)))
+        assert miss(hidden) <= shape["embed_dim"] or hidden == 0  # half a channel's 2 x dim weights
+        assert barter_layout(model, density) == (spread(heads, caps_h), spread(hidden, caps_c))
+
+
+@pytest.mark.parametrize("suite", ["cpu_smoke", "cpu_accuracy", "barter_ablation", "l40_vit"])
+def test_the_committed_suites_vits_hold_barters_density_within_0_005(suite: str) -> None:
+    data = read_yaml(Path(__file__).parents[2] / "suites" / f"{suite}.yaml")
+    points = [point_data(data, values) for values in sweep_values(data.get("sweep") or {}, data.get("sweep_mode", "product"))]
+    for point in points or [data]:
+        spec = dict(point["model"])
+        with torch.device("meta"):
+            model = create_vit(spec.pop("name"), **spec)
+        for density in point["densities"]:
+            assert abs(layout_density(model, *barter_layout(model, density)) - density) < 0.005, (spec, density)
 
 
 # Heads per block by hand: round(d x heads), at least 1 (smoke: 8 heads; ViT-Small: 6).

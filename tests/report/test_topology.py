@@ -72,9 +72,15 @@ def test_exchange_table_shows_each_compact_case_and_kind() -> None:
     ])
     table = topology_exchange_table(derived)
     assert [row[:3] for row in table.rows] == [["barter", "0.1", "heads"], ["barter", "0.1", "hidden"]]
-    assert table.rows[1][3:] == ["3", "12", "66.7%", "50.0%", "1.33×", "5", "1", "0 → 0"]
+    assert table.rows[1][3:] == ["3", "—", "12", "66.7%", "50.0%", "1.33×", "5", "1", "0 → 0"]  # asked: not recorded
     assert table.rows[0][-1] == "0 → 1"  # block 1 lost its only head and never got one back
     assert topology_exchange_table(derived.iloc[1:]) is None
+    # Runs that record what each update asked (fraction x population) show its total beside the pruned.
+    asked = {"topology_history": [dict(e, exchange={k: dict(v, asked=v["pruned"] + 0.4) for k, v in e["exchange"].items()})
+                                  if "exchange" in e else e for e in EXCHANGES["topology_history"]]}
+    assert exchange_summary(asked)["hidden"]["asked"] == pytest.approx(12 + 3 * 0.4)
+    table = topology_exchange_table(derived.assign(method_extras=[asked, {}]))
+    assert table.rows[1][4:6] == ["13.2", "12"]
 
 
 def test_empty_blocks_are_counted_at_the_start_and_the_end_even_without_exchange_records() -> None:

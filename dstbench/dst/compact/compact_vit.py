@@ -224,15 +224,39 @@ def spread(total: int, caps: Sequence[int]) -> list[int]:
     return counts
 
 
+def _block_shape(block: nn.Module) -> tuple[int, int, int, int]:
+    """(heads, FFN channels, weights per head, weights per channel) of a dense or compact block at
+    its dense width: a head holds its q, k, v rows and proj columns, a channel its fc1 row and fc2
+    column."""
+    compact = isinstance(block, CompactBlock)
+    heads = block.attn.max_units if compact else block.attn.num_heads
+    hidden = block.mlp.max_units if compact else block.mlp.fc1.out_features
+    dim = block.attn.qkv.in_features
+    return heads, hidden, 4 * dim * block.attn.head_dim, 2 * dim
+
+
 def budgets(model: nn.Module, density: float) -> tuple[int, int]:
-    """(H, C) = (round(d * total heads), round(d * total FFN channels)), halves up, of a dense or
-    compact ViT."""
-    heads = hidden = 0
-    for b in model.blocks:
-        compact = isinstance(b, CompactBlock)
-        heads += b.attn.max_units if compact else b.attn.num_heads
-        hidden += b.mlp.max_units if compact else b.mlp.fc1.out_features
-    return round_half_up(density * heads), round_half_up(density * hidden)
+    """(H, C) of a dense or compact ViT at `density`: H = round(d * total heads), halves up, as every
+    count in dstbench; then C the number of FFN channels that, spread over the blocks as H is,
+    brings the prunable weights (qkv, proj, fc1, fc2) closest to d times their full count (ties to
+    fewer channels). Heads are the coarse unit (a ViT-Tiny head weighs as much as 96 channels), so
+    rounding each budget on its own would miss the density by up to half a head per model; the
+    channels absorb that, and the layout is within half a channel's weights of the target unless
+    the heads alone exceed it (then C = 0)."""
+    shapes = [_block_shape(b) for b in model.blocks]
+    head_caps, channel_caps = [s[0] for s in shapes], [s[1] for s in shapes]
+    total_heads = round_half_up(density * sum(head_caps))
+    target = density * sum(h * hw + c * cw for h, c, hw, cw in shapes)
+    held = sum(h * s[2] for h, s in zip(spread(total_heads, head_caps), shapes))
+
+    def miss(channels: int) -> float:
+        return abs(held + sum(c * s[3] for c, s in zip(spread(channels, channel_caps), shapes)) - target)
+
+    # The channel weights may differ by block, so search around the estimate from their mean.
+    mean_channel = sum(c * s[3] for c, s in zip(channel_caps, shapes)) / max(1, sum(channel_caps))
+    guess = min(sum(channel_caps), max(0, round((target - held) / mean_channel))) if mean_channel else 0
+    candidates = range(max(0, guess - 2), min(sum(channel_caps), guess + 2) + 1)
+    return total_heads, min(candidates, key=lambda c: (miss(c), c))
 
 
 LAYOUTS = ("barter", "uniform")
