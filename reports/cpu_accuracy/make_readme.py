@@ -182,6 +182,38 @@ def target_table(runs: list[tuple[str, pd.DataFrame]], run_dirs: list[Path]) -> 
     return _markdown(headers, rows, ["left", "left"] + ["right"] * (len(headers) - 2))
 
 
+SPEEDUPS = (("time_to_target_speedup", "vs rigl"), ("time_to_target_speedup_vs_dense", "vs dense"))
+
+
+def _ratio(row: pd.Series | None, column: str) -> tuple[float, float, float]:
+    if row is None:
+        return (math.nan, math.nan, math.nan)
+    return tuple(float(row.get(f"{column}{part}", math.nan)) for part in ("", "_ci_low", "_ci_high"))  # type: ignore[return-value]
+
+
+def agreement_table(runs: list[tuple[str, pd.DataFrame]]) -> tuple[str, list[str]]:
+    """Per case, each seed set's speedup to target (vs rigl, vs dense) with its interval and the z of
+    the two (`dstbench.results.agreement`); and per comparison, the chi-square test over the cases."""
+    from dstbench.results.agreement import agreement, log_z
+
+    (first_label, first), (second_label, second) = runs[:2]
+    headers, rows, zs = ["case"], [], {column: [] for column, _ in SPEEDUPS}
+    for column, name in SPEEDUPS:
+        headers += [f"{name}, {first_label}", f"{name}, {second_label}", "z"]
+    for method, density in _cases(first):
+        cells = [f"{method}@{density:g}"]
+        for column, _ in SPEEDUPS:
+            a, b = _ratio(_row(first, method, density), column), _ratio(_row(second, method, density), column)
+            z = log_z(a, b) if a[0] != 1.0 else math.nan  # the reference against itself: no comparison
+            zs[column].append(z)
+            shown = [_cell(row, column, scale=1.0, digits=2, unit="x") if math.isfinite(v[0]) and v[0] != 1.0 else "—"
+                     for row, v in ((_row(first, method, density), a), (_row(second, method, density), b))]
+            cells += shown + ["—" if not math.isfinite(z) else f"{z:+.2f}"]
+        rows.append(cells)
+    verdicts = [f"- Speedup to target {name}: {agreement(zs[column]).text()}." for column, name in SPEEDUPS]
+    return _markdown(headers, rows, ["left"] + ["right"] * (len(headers) - 1)), verdicts
+
+
 def ranked_text(ranking: pd.DataFrame) -> str:
     """'dense (a) > small_dense (b) > ...': methods by mean top-1 with their letters."""
     return " > ".join(f"{case.split('@')[0]} ({letters})" for case, letters in zip(ranking["case_id"], ranking["letters"]))
@@ -238,7 +270,7 @@ def generated(run_dirs: list[Path]) -> str:
         return str(run.relative_to(HERE)) if run.is_relative_to(HERE) else str(run)
 
     listing = "\n".join(f"- `{shown(run)}` ({label})" for run, (label, _) in zip(run_dirs, runs))
-    return "\n\n".join([
+    parts = [
         BEGIN,
         f"From:\n\n{listing}",
         "### What the two seed sets say\n\n" + findings(runs, ranked),
@@ -251,12 +283,25 @@ def generated(run_dirs: list[Path]) -> str:
         "### Time to the target top-1 (the suite's 0.5)\n\n"
         "Steps: the mean over seeds of the first step at which top-1 reached the target (linear between "
         "evaluations); seconds: those steps at the step time without updates plus the updates made by "
-        "then at their measured cost, with a 95% interval over seeds and timing; speedups paired by "
-        "seed. The timed segments are the first seed's (`mode: both` times one seed unless "
-        "`timing.per_seed`), case by case, not interleaved. Steps minus RigL's: paired by seed at the case's "
-        "density (dense against RigL at 0.1), evaluations 128 steps apart.\n\n" + target_table(runs, run_dirs),
-        END,
-    ])
+        "then at their measured cost, with a 95% interval over seeds and timing; a seed that failed or "
+        "missed the target makes the case a miss. The timed segments are the first seed's (`mode: both` "
+        "times one seed unless `timing.per_seed`), each density's cases with dense in interleaved rounds "
+        "over 2 sets of fresh processes, apart from training; a speedup prices the other case's steps at "
+        "the two cases' paired step-time ratio, its seeds paired. Steps minus RigL's: paired by seed at "
+        "the case's density (dense against RigL at 0.1), evaluations 128 steps apart.\n\n" + target_table(runs, run_dirs),
+    ]
+    if len(runs) >= 2:
+        table, verdicts = agreement_table(runs)
+        parts.append(
+            "### Do the two seed sets agree on the speedups to target?\n\n"
+            "The same suite on disjoint seeds, each run timing its own cases: where the intervals are right, "
+            "z = (log s1 - log s2) / sqrt(se1^2 + se2^2), se read from each 95% interval on the log scale, is "
+            "about standard normal, and the sum of z^2 over the cases follows a chi-square with as many degrees "
+            "of freedom (`dstbench.results.agreement`; the intervals hold where its p > 0.05 over at least 8 "
+            "cases). The speedups vs rigl and vs dense share each case's own time, so they are two tests, "
+            "not independent ones.\n\n" + "\n".join(verdicts) + "\n\n" + table
+        )
+    return "\n\n".join(parts + [END])
 
 
 def main(argv: list[str] | None = None) -> int:
