@@ -26,10 +26,9 @@ and each new unit) out of the next prune, so it gets one interval of training be
 A new unit has no source, so `rescale` scores it as it is. The default is `split`, chosen by
 measurement (`reports/barter_ablation/README.md`): `rescale` does make the scores comparable (units
 made at the previous update are then pruned about as often as their share of the population,
-instead of about twice as often), but neither it nor `exempt` raised top-1 there (both were 0.6 to
-3.2 points below `split`, within seed noise). A copy pruned at the next update leaves an exchange that changed little;
-forcing every exchange to take an established unit instead cost more than the moved capacity
-brought back in the steps left.
+instead of about twice as often), but neither it nor `exempt` raised top-1 there (both were 0.3 to
+0.9 points below `split`, within seed noise). A copy pruned at the next update leaves an exchange
+that changed little.
 
 Where capacity grows (`grow`). `clone`: the highest-scoring survivors are cloned into their own
 blocks, so capacity moves only where a unit already is, and a block that loses its last head never
@@ -49,9 +48,9 @@ scale too, and every new unit starts with zero outgoing weights (the function is
 RigL-grown weight starts at 0) and zero optimizer state. Each candidate, a survivor or a block's
 new unit, grows at most one unit per round (a round is one pass down the ranking), so the budgets
 stay exact as with clones. New units need the producing and consuming biases (timm's defaults).
-The default is `clone`: in the same ablation `clone_or_new` made new units (about two fifths of the
-grown heads at density 0.5, an eighth to a third of the grown channels) without a measurable change
-in top-1, so the simpler rule stays and `clone_or_new` is there to select.
+The default is `clone`: in the same ablation `clone_or_new` made new units (12 of the 31 grown heads
+at density 0.5, a twentieth to a fifth of the grown channels) without buying top-1, so the simpler
+rule stays and `clone_or_new` is there to select.
 
 Each update records, per unit kind, `pruned`, `pruned_clones` (of those, units made at the previous
 update), `population`, `clone_population` (units made at the previous update before this one),
