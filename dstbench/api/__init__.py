@@ -128,10 +128,9 @@ def compare(
     under different protocols raise `CompareInputError` unless `allow_protocol_change` (every time
     verdict then inconclusive). `strict`: a different environment, or an inconclusive case, does not pass."""
     from dstbench.gates.compare import compare_runs
-    from dstbench.gates.sides import CompareInputError, load_side
+    from dstbench.gates.sides import CompareInputError, check_thresholds, load_side
 
-    if time_threshold < 0 or memory_threshold < 0 or top1_threshold < 0 or not 0 < alpha < 0.5:
-        raise CompareInputError("thresholds must be >= 0 and alpha in (0, 0.5)")
+    check_thresholds(time_threshold, memory_threshold, top1_threshold, alpha)
     if time_basis not in ("auto", "relative", "absolute"):
         raise CompareInputError(f"time_basis must be auto, relative or absolute, not {time_basis!r}")
     sides = [load_side(side.path if isinstance(side, Run) else side) for side in (baseline, current)]

@@ -56,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     with terminate_as_interrupt():
         try:
             return int(args.func(args))
+        # A run stopped after its folder was made has said where its lines are and how to resume
+        # (`dstbench.execution.orchestrator`); before that there is no folder to name.
         except KeyboardInterrupt:
-            print("\ninterrupted; finished cases are in the run folder's results.jsonl", file=sys.stderr)
+            print("\ninterrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
         except Terminated as exc:
-            print(f"\n{exc}; finished cases are in the run folder's results.jsonl", file=sys.stderr)
+            print(f"\n{exc}", file=sys.stderr)
             return signal_exit_code(exc.signum)
         except RunDirError as exc:  # a run folder found unusable half way (damaged run.json, a link)
             print(f"dstbench: {clip(exc, 2000)}", file=sys.stderr)

@@ -60,7 +60,9 @@ def print_run_summary(
 
     coverage = verdict.coverage
     if coverage is not None and not coverage.complete:
-        say(f"incomplete run: {coverage.summary()}", "red")
+        recorded = coverage.recorded or not (run_dir / "run.json").exists()  # without one, the docs say the suite counts
+        unrecorded = "" if recorded else " (run.json records no selection: every case of its suite counts)"
+        say(f"incomplete run{unrecorded}: {coverage.summary()}", "red")
         if verdict.incomplete_fails:
             say("check: the run is incomplete (--allow-incomplete passes it)", "red")
     if verdict.foreign_lines:

@@ -57,12 +57,11 @@ def add_parser(commands: Commands) -> None:
 def main(args: argparse.Namespace) -> int:
     # Loaded here, not at the top: scipy and numpy are for this command alone.
     from dstbench.gates.compare import compare_runs, exit_code
-    from dstbench.gates.sides import CompareInputError, load_side
+    from dstbench.gates.sides import CompareInputError, check_thresholds, load_side
     from dstbench.gates.comparison_text import render
 
     try:
-        if args.time_threshold < 0 or args.memory_threshold < 0 or args.top1_threshold < 0 or not 0 < args.alpha < 0.5:
-            raise CompareInputError("thresholds must be >= 0 and --alpha in (0, 0.5)")
+        check_thresholds(args.time_threshold, args.memory_threshold, args.top1_threshold, args.alpha)
         problem = output_file_problem(args.markdown, "--markdown", [args.baseline, args.current]) if args.markdown else None
         if problem:
             raise CompareInputError(problem)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dstbench.util.files import open_no_follow, slug
+from dstbench.util.files import open_no_follow, open_regular_bytes, regular_file_problem, slug
 
 CHECKPOINT_DIR = "checkpoints"
 CASE_FORMAT = 1  # bumped when the layout of a case checkpoint changes
@@ -36,8 +36,12 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
+        problem = regular_file_problem(path)  # a FIFO would block the read for good
+        if problem:
+            raise ValueError(problem)
         return load_file(str(path))
-    state: Any = torch.load(path, map_location="cpu", weights_only=True)
+    with open_regular_bytes(path) as handle:
+        state: Any = torch.load(handle, map_location="cpu", weights_only=True)
     # Unwrap training checkpoints: dstbench's {"method_state": {"model": ...}}, timm's
     # {"state_dict": ...}, DeiT/MAE's {"model": ...}.
     # A plain state dict never maps these keys to dicts.
@@ -109,7 +113,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """A case checkpoint, on the CPU (the method moves what it loads to its device);
     `CheckpointDamaged` naming the file when it cannot be read."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular_bytes(path) as handle:  # a FIFO there is refused, not waited on
+            state = torch.load(handle, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         raise CheckpointDamaged(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(state, dict):

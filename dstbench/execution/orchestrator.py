@@ -42,6 +42,7 @@ from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress
 from dstbench.results.record import CaseResult
+from dstbench.results.rejected_lines import REJECTED_FILE, set_aside_unusable
 from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, output_place_problem, slug, write_atomic
 from dstbench.execution.resume_machine import other_machine_lines, refusal, this_machine
@@ -339,6 +340,10 @@ def run_suite(
         # Which cases the suite has and which this run was asked for: reports and `check` tell an
         # unfinished run from one that selected fewer cases (dstbench.results.coverage).
         record_cases(run_dir, planned_cases(plan.all_cases), [c.key for c in cases])
+        set_aside = set_aside_unusable(run_dir) if resume else []
+        if set_aside:  # their cases count as not run, so this resume runs them again
+            console.print(f"set aside {len(set_aside)} unusable line(s) of results.jsonl (line {clip(', '.join(set_aside), 300)}) "
+                          f"in {run_dir / REJECTED_FILE}; their cases run again", highlight=False, markup=False)
         shared = plan.shared
         here = this_machine(suite.device)
         kept = latest_lines(run_dir, suite, ok_only=retry_failed)  # again, under the lock

@@ -48,7 +48,7 @@ from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.derive import contended_in_a_group, noise_level
 from dstbench.gates.sides import (
-    CompareInputError, Key, Side, case_name, env_differences, key_order, key_text, protocol_differences, several_seeds,
+    CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, protocol_differences, several_seeds,
 )
 from dstbench.gates.time_rule import ReferenceShift, TimeVerdict, beyond_p, decide, interval_level, reference_shifts
 from dstbench.gates.top1_compare import Top1Verdict, compare_top1, setups_differ_in_seed_only
@@ -360,6 +360,7 @@ def compare_runs(
     different protocols (unless `allow_protocol_change`: every time verdict is then inconclusive).
     `allow_missing`: a baseline case the current run lacks does not fail the gate;
     `accept_machine_shift`: a slowdown of the time reference that every case shares does not."""
+    check_thresholds(time_threshold, memory_threshold, top1_threshold, alpha)
     common = [k for k in baseline.cases if k in current.cases]
     top1 = [] if memory_only else compare_top1(baseline, current, top1_threshold, alpha)
     if not common and not top1:

@@ -91,10 +91,9 @@ def judge_run(
     # Without run.json nothing records what was asked for, or the suite hash of the run's lines: the
     # suite's cases are what was asked for, and its own hashes those of its lines.
     without_meta = not (run_dir / RUN_FILE).exists()
-    incomplete_fails = (
-        coverage is not None and not coverage.complete and selection is None and not allow_incomplete
-        and (coverage.recorded or without_meta)
-    )
+    # A run.json that records no selection (damaged, or `{}`) counts the whole suite as asked for,
+    # as a folder without run.json does: an unfinished run never passes for lack of a record.
+    incomplete_fails = coverage is not None and not coverage.complete and selection is None and not allow_incomplete
     hashes = (suite.setup_hash(), *(point.setup_hash() for _, point in suite.points)) if without_meta else ()
     read = read_results(run_dir, hashes)
     case_ids = None if selection is None else [c.key for c in expand_cases(suite, *selection)]

@@ -5,6 +5,7 @@ seed), how a matched case is named, and the environment each side ran in.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,17 @@ Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
 
 class CompareInputError(Exception):
     """The runs cannot be compared (exit 2)."""
+
+
+def check_thresholds(time: float, memory: float, top1: float, alpha: float) -> None:
+    """`CompareInputError` unless every threshold is a finite number >= 0 and alpha is in (0, 0.5):
+    a NaN band would judge nothing (every comparison with NaN is false) and pass any change."""
+    values = {"time threshold": time, "memory threshold": memory, "top-1 threshold": top1}
+    wrong = [f"{name} {value!r}" for name, value in values.items()
+             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0]
+    if wrong or not isinstance(alpha, (int, float)) or not 0 < alpha < 0.5:
+        got = ", ".join(wrong + ([] if isinstance(alpha, (int, float)) and 0 < alpha < 0.5 else [f"alpha {alpha!r}"]))
+        raise CompareInputError(f"thresholds must be finite and >= 0, and alpha in (0, 0.5); got {got}")
 
 
 @dataclasses.dataclass

@@ -33,7 +33,7 @@ from dstbench.report.html import Link, build_page, devices, dstbench_version, en
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import load_run_meta
 from dstbench.util.dirlock import FolderLock
-from dstbench.util.files import RESULTS_FILE, RUN_FILES, slug, write_atomic
+from dstbench.util.files import RESULTS_FILE, RUN_FILES, named, slug, write_atomic
 
 LINKED_FILE_KEYS = ("trace", "memory_snapshot")  # fields of a result line's `profile`
 
@@ -109,7 +109,10 @@ def _copy_run(source: Path, dest: Path) -> list[str]:
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink():
             target.unlink()  # never write through a link
-        shutil.copyfile(path, target)
+        try:
+            shutil.copyfile(path, target)
+        except OSError as exc:  # a full disk raises it without a file name
+            raise named(exc, target) from None
         copied.append(name)
     return copied
 

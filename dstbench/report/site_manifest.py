@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from dstbench.results.run_folder import load_run_meta
-from dstbench.util.files import is_run_folder, write_atomic
+from dstbench.util.files import is_run_folder, read_regular_text, write_atomic
 
 MANIFEST_FILE = ".dstbench-site.json"
 SITE_PAGES = ("index.html", "history.html", ".nojekyll")
@@ -101,13 +101,26 @@ def _adopt(site: Path) -> SiteManifest:
     return manifest
 
 
+def _inside(name: str, parts: int | None = None) -> bool:
+    """Whether a name from the manifest stays inside its folder: relative, no `..`, no empty or `.`
+    part (and at most `parts` parts). The manifest is input: a served site's folder is often shared."""
+    pieces = name.replace("\\", "/").split("/")
+    return (bool(name) and not os.path.isabs(name) and all(p not in ("", ".", "..") for p in pieces)
+            and (parts is None or len(pieces) <= parts))
+
+
 def _parse(path: Path) -> SiteManifest:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_text(path))  # a FIFO there is refused, not waited on
         pages = [str(p) for p in data["pages"]]
         runs = {str(name): PublishedRun(str(run["source"]), [str(f) for f in run["files"]]) for name, run in data["runs"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SiteError(f"{path}: unreadable site manifest ({type(exc).__name__}: {exc}); restore it or publish to a new folder") from None
+    outside = [p for p in pages if p not in SITE_PAGES] + [f"runs/{n}" for n in runs if not _inside(n, parts=1)]
+    outside += [f"runs/{n}/{f}" for n, run in runs.items() for f in run.files if not _inside(f)]
+    if outside:
+        raise SiteError(f"{path}: the site manifest names files outside the site or its pages ({', '.join(outside[:3])}); "
+                        "publish never deletes them: restore the manifest or publish to a new folder")
     return SiteManifest(pages, runs)
 
 
@@ -140,8 +153,11 @@ def load_manifest(site: Path) -> SiteManifest:
 
 def remove_published(folder: Path, run: PublishedRun | None) -> None:
     """Delete the files publish wrote into `folder` before (before it copies a run there again);
-    nothing else in the folder is touched."""
+    nothing else in the folder is touched, and nothing outside it (a name whose resolved path leaves
+    the folder, through `..` or a link on the way, is skipped)."""
+    root = os.path.realpath(folder)
     for name in run.files if run is not None else []:
         path = folder / name
-        if path.is_file() and not path.is_symlink():
+        inside = os.path.realpath(path).startswith(root + os.sep) and _inside(name)
+        if inside and path.is_file() and not path.is_symlink():
             path.unlink()

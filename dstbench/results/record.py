@@ -282,7 +282,10 @@ def replace_results(
                 data = json.loads(raw)
             except json.JSONDecodeError:
                 data = None
-            case = key(data) if isinstance(data, dict) and isinstance(data.get("case_id"), str) else None
+            try:
+                case = key(data) if isinstance(data, dict) and isinstance(data.get("case_id"), str) else None
+            except (TypeError, ValueError):  # a field of the wrong type ("seed": "x"): kept, as unreadable
+                case = None
             if raw.strip() and not (case is not None and case in drop):
                 kept.append(raw)
     for result in results:

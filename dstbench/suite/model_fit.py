@@ -65,8 +65,8 @@ def _construction_problem(cls: Any, suite: Any, spec: Any) -> str | None:
     try:
         cls(_model(suite), density=density, total_steps=suite.timing.schedule_steps, optimizer=suite.optimizer.model_dump(),
             fuse_norms=suite.fuse_norms, seed=suite.seed, model_prunable=suite.model.prunable, **spec.params)
-    except Exception as exc:  # a plugin's bug may raise anything
-        if "meta" in str(exc):
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's bug may raise anything, sys.exit(0) too
+        if isinstance(exc, Exception) and "meta" in str(exc):
             return None  # needs tensor data to be built: not checkable here
         frames = traceback.extract_tb(exc.__traceback__)
         own = inspect.getsourcefile(cls)

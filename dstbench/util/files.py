@@ -16,7 +16,7 @@ import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, TextIO
+from typing import BinaryIO, Iterable, TextIO
 
 SUITE_FILE = "suite.yaml"
 RUN_FILE = "run.json"
@@ -35,7 +35,10 @@ def write_atomic(path: str | Path, text: str) -> Path:
     """Write `text` to `path` through a temporary file beside it and a rename: readers see the old
     file or the whole new one, and a failed write (disk full) leaves no empty or partial file."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise named(exc, path) from None
     try:
         with open(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -43,10 +46,20 @@ def write_atomic(path: str | Path, text: str) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a published page from a web server
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise named(exc, path) from None  # a full disk: say which file it was writing
         raise
     return path
+
+
+def named(exc: OSError, path: str | Path) -> OSError:
+    """`exc` with `path` as its file name when it names none (a write to an open file, a full disk,
+    raises one without), so the one-line error says which file failed."""
+    if exc.filename:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))  # OSError picks the subclass from errno
 
 
 def make_unique_dir(parent: Path, base: str) -> Path:
@@ -107,8 +120,23 @@ def output_file_problem(path: str | Path, option: str, inputs: Iterable[str | Pa
         if parent.exists():
             if not parent.is_dir():
                 return f"{option}: {parent} is a file, not a folder"
+            problem = _unwritable(parent)
+            if problem:
+                return f"{option}: cannot write into {parent} ({problem})"
             break
     return output_place_problem(path, option, inputs)
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why a file cannot be created in `folder` (read-only, no permission), found by creating and
+    removing one: the only test that holds for root and read-only file systems alike."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dstbench-probe.", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 class NotRegularFile(OSError):
@@ -128,17 +156,30 @@ def regular_file_problem(path: str | Path) -> str | None:
     return f"{path}: not a regular file ({kind}); a run file must be one"
 
 
-def open_regular(path: str | Path, errors: str = "strict") -> TextIO:
-    """`path` opened for reading as UTF-8 text, refused (`NotRegularFile`) unless it is a regular
-    file: opened without blocking, checked on the open descriptor, so nothing can swap it between."""
+def _regular_fd(path: str | Path) -> int:
+    """A read-only descriptor of `path`, opened without blocking (a FIFO would wait for a writer
+    forever) and refused (`NotRegularFile`) unless the open file is regular, so nothing can swap it
+    between the check and the read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(regular_file_problem(path) or f"{path}: not a regular file")
-        return os.fdopen(fd, "r", encoding="utf-8", errors=errors)
+        os.set_blocking(fd, True)
+        return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_regular(path: str | Path, errors: str = "strict") -> TextIO:
+    """`path` opened for reading as UTF-8 text, refused (`NotRegularFile`) unless it is a regular
+    file (`_regular_fd`)."""
+    return os.fdopen(_regular_fd(path), "r", encoding="utf-8", errors=errors)
+
+
+def open_regular_bytes(path: str | Path) -> BinaryIO:
+    """`path` opened for reading as bytes (a checkpoint), refused unless it is a regular file."""
+    return os.fdopen(_regular_fd(path), "rb")
 
 
 def read_regular_text(path: str | Path, errors: str = "strict") -> str:

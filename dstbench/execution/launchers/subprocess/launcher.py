@@ -46,6 +46,8 @@ def case_process_main(conn: Connection, task: CaseTask, placement: Placement | N
     """The case process: one `CaseSession`, driven by the parent's commands over `conn`; pinned to
     `placement` (its GPU, its cores) when several cases run at once."""
     bind_to_parent()  # first: a case process never outlives the run (dstbench.execution.lifeline)
+    # Ctrl-C to the process group is the parent's to handle: it ends this process (no traceback here).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if placement is not None:
         placement.apply()  # before anything starts CUDA or sizes a thread pool
     import torch
