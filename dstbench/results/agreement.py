@@ -8,8 +8,10 @@ the log scale, (log high - log low) / (2 x 1.96): a ratio's intervals here are s
 and the runs independent, each z is about standard normal, so over k cases the sum of z^2 follows
 a chi-square with k degrees of freedom: its upper-tail p says whether the runs differ more than
 their intervals allow (small p: the intervals are too narrow, or the runs measured different
-things), and the standard deviation of z says by how much (1 expected). Student-t intervals read
-as normal make z slightly larger than it should be, so the test errs towards "too narrow".
+things), its lower tail whether they agree better than the intervals say (the intervals are wider
+than needed: conservative), and the standard deviation of z says by how much (1 expected).
+Student-t intervals read as normal make z slightly larger than it should be, so the test errs
+towards "too narrow".
 """
 
 from __future__ import annotations
@@ -44,13 +46,14 @@ def log_z(first: tuple[float, float, float], second: tuple[float, float, float],
 
 @dataclasses.dataclass(frozen=True)
 class Agreement:
-    """Over the cases with a z: how many, the sum of z^2, its chi-square upper-tail p, the standard
-    deviation of z (about the mean 0, as the test assumes) and the verdict."""
+    """Over the cases with a z: how many, the sum of z^2, its chi-square upper-tail p (and lower-tail
+    `p_low`), the standard deviation of z (about the mean 0, as the test assumes) and the verdict."""
 
     cases: int
     chi2: float
     p: float
     sd: float
+    p_low: float = math.nan
 
     def holds(self, min_cases: int = 8, alpha: float = 0.05) -> bool | None:
         """True where p > `alpha` over at least `min_cases` cases, False where p <= `alpha`, None
@@ -64,6 +67,8 @@ class Agreement:
                    None: f"too few cases to judge (fewer than {min_cases})"}[self.holds(min_cases, alpha)]
         if not self.cases:
             return verdict
+        if self.holds(min_cases, alpha) and self.p_low <= alpha:
+            verdict += f", and are wider than the runs' spread (lower tail p = {self.p_low:.3f}: conservative)"
         return f"{self.cases} cases: sum of z^2 {self.chi2:.1f} on {self.cases} df, p = {self.p:.3f}; sd of z {self.sd:.2f}: {verdict}"
 
 
@@ -73,4 +78,5 @@ def agreement(zs: Iterable[float]) -> Agreement:
     if not len(z):
         return Agreement(0, math.nan, math.nan, math.nan)
     chi2 = float((z**2).sum())
-    return Agreement(len(z), chi2, float(stats.chi2.sf(chi2, len(z))), float(math.sqrt(chi2 / len(z))))
+    return Agreement(len(z), chi2, float(stats.chi2.sf(chi2, len(z))), float(math.sqrt(chi2 / len(z))),
+                     float(stats.chi2.cdf(chi2, len(z))))

@@ -37,6 +37,11 @@ def test_intervals_that_hold_pass_and_intervals_half_as_wide_as_the_spread_fail(
               for _ in range(200)]
     assert sum(a.holds() is False for a in narrow) / len(narrow) > 0.9
     assert np.mean([a.sd for a in narrow]) == pytest.approx(2.0, abs=0.15)
+    wide = [agreement(log_z(_measured(rng, 2.0, s, 2 * s), _measured(rng, 2.0, s, 2 * s)) for s in rng.uniform(0.02, 0.2, 12))
+            for _ in range(200)]
+    assert all(a.holds() is True for a in wide) and sum(a.p_low <= 0.05 for a in wide) / len(wide) > 0.9
+    assert "conservative" in wide[0].text() or wide[0].p_low > 0.05
+    assert sum(a.p_low <= 0.05 for a in honest) / len(honest) < 0.08  # honest intervals rarely look too wide
 
 
 def test_the_verdict_needs_enough_cases() -> None:
