@@ -390,7 +390,7 @@ def compare_runs(
     seeded = several_seeds(baseline, current)
     for case in cases:
         case.seeded = seeded
-    shifts = reference_shifts(times, own, {c.key: c.case for c in cases}, accept_machine_shift)
+    shifts = reference_shifts(times, own, {c.key: c.case for c in cases}, accept_machine_shift, time_threshold)
     only_baseline = sorted((k for k in baseline.cases if k not in current.cases), key=key_order)
     return Comparison(
         baseline=baseline,

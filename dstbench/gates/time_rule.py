@@ -106,21 +106,27 @@ def what_would_decide(verdict: TimeVerdict, threshold_pct: float, alpha: float) 
 @dataclasses.dataclass
 class ReferenceShift:
     """A time reference (dense) whose own time moved beyond the band, and which other cases of its
-    group (same suite hash and seed) moved with it: those whose time relative to dense is not
-    decided the other way."""
+    group (same suite hash and seed) moved with it: those whose own time moved beyond the band the
+    same way. Their time relative to dense says nothing here: a case that stayed put is
+    "inconclusive" relative to a dense that moved, which must not read as moving with it."""
 
     key: Key
     case: str  # the reference as reports name it
     verdict: TimeVerdict
     case_ratios: dict[str, float]  # every other case of the group: its own current / baseline time
-    moved_with: list[str]  # cases whose relative change is not decided against dense's move
-    left_behind: list[str]  # cases whose relative change is decided the other way: they did not move
+    moved_with: list[str]  # cases whose own time moved beyond the band the way dense's did
+    left_behind: list[str]  # the others: their own time stayed inside the band, or moved the other way
     accepted: bool = False  # a slowdown others share, accepted by --accept-machine-shift
 
     @property
     def shared(self) -> bool:
         """At least one other case moved with dense: a machine shift or a change to the common step."""
         return bool(self.moved_with)
+
+    @property
+    def everywhere(self) -> bool:
+        """Every other case moved with dense: what `--accept-machine-shift` may accept."""
+        return self.shared and not self.left_behind
 
     @property
     def slower(self) -> bool:
@@ -133,43 +139,54 @@ class ReferenceShift:
         way = "slower" if self.slower else "faster"
         other = "improvement" if self.slower else "regression"
         common = "a machine shift or a change to the common training step"
-        accept = ""
-        if self.slower and self.shared:
-            accept = (": accepted (--accept-machine-shift)" if self.accepted
-                      else "; a failure unless --accept-machine-shift accepts it")
-        if self.shared and not self.left_behind:
-            ratios = [self.case_ratios[c] for c in self.moved_with if c in self.case_ratios] + [v.ratio]
-            return f"every case {min(ratios):.2f}x to {max(ratios):.2f}x {way}, dense included ({own}): {common}{accept}"
+
+        def ratios(cases: list[str]) -> str:
+            return ", ".join(f"{c} {self.case_ratios[c]:.2f}x" for c in cases if c in self.case_ratios)
+
+        if self.everywhere:
+            accept = ""
+            if self.slower:
+                accept = (": accepted (--accept-machine-shift)" if self.accepted
+                          else "; a failure unless --accept-machine-shift accepts it")
+            every = [self.case_ratios[c] for c in self.moved_with if c in self.case_ratios] + [v.ratio]
+            return f"every case {min(every):.2f}x to {max(every):.2f}x {way} on its own times, dense included ({own}): {common}{accept}"
         if self.shared:
-            theirs = "its" if len(self.left_behind) == 1 else "their"
-            return (f"{own}, {way}, and {', '.join(self.moved_with)} with it ({common}); {', '.join(self.left_behind)} "
-                    f"did not move with it: {theirs} relative {other} is {theirs} own{accept}")
-        if len(self.left_behind) == 1:
-            return (f"{own}, {way}, while {self.left_behind[0]} did not move with it: either dense's own time changed "
-                    f"or, with every case, {self.left_behind[0]}'s own did the opposite")
-        return (f"{own}, {way}, while {', '.join(self.left_behind)} did not move with it: dense's own time changed "
-                f"(their relative {other} is dense's change, not theirs)")
+            return (f"{own}, {way}, and {ratios(self.moved_with)} with it on their own times; {ratios(self.left_behind)} "
+                    "did not move: not every case moved, so not a machine shift (--accept-machine-shift does not accept "
+                    "it); each case's verdict relative to dense stands")
+        one = len(self.left_behind) == 1
+        return (f"{own}, {way}, while {'the other case' if one else 'the other cases'} did not move on "
+                f"{'its' if one else 'their'} own times ({ratios(self.left_behind)}): dense's own time changed, not the "
+                f"machine (a relative {other} of the others is dense's change, not theirs); --accept-machine-shift does "
+                "not accept it")
 
 
 def reference_shifts(
     verdicts: dict[Key, TimeVerdict], own_ratios: dict[Key, float], names: dict[Key, str], accept: bool,
+    threshold_pct: float = 10.0,
 ) -> list[ReferenceShift]:
     """Each reference judged beyond the band, with its group's own changes (`own_ratios`: current /
-    baseline of each case's own time). A slowdown other cases share, under `accept`, becomes
-    "shift accepted"; one dense shows alone stays a regression."""
+    baseline of each case's own time). A case moved with dense when its own change lies beyond the
+    band (`threshold_pct`) on dense's side. A slowdown every case shares, under `accept`, becomes
+    "shift accepted"; one dense shows alone, or with some cases only, stays a regression."""
+    low, high = band(threshold_pct)
     shifts = []
     for key, verdict in verdicts.items():
         if not verdict.reference or verdict.verdict not in DECIDED:
             continue
         group = [k for k in verdicts if k[0] == key[0] and k[3] == key[3] and k != key and verdicts[k].basis == "relative"]
-        opposite = "improvement" if verdict.verdict == "regression" else "regression"
+
+        def moved(k: Key) -> bool:
+            ratio = own_ratios.get(k, math.nan)
+            return ratio > high if verdict.ratio > 1.0 else ratio < low
+
         shift = ReferenceShift(
             key, names[key], verdict,
             case_ratios={names[k]: own_ratios[k] for k in group if k in own_ratios},
-            moved_with=[names[k] for k in group if verdicts[k].verdict != opposite],
-            left_behind=[names[k] for k in group if verdicts[k].verdict == opposite],
+            moved_with=[names[k] for k in group if moved(k)],
+            left_behind=[names[k] for k in group if not moved(k)],
         )
-        if shift.shared and shift.slower and accept:
+        if shift.everywhere and shift.slower and accept:
             shift.accepted = True
             verdict.verdict = "shift accepted"
         shifts.append(shift)

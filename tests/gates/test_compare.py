@@ -192,7 +192,7 @@ def test_relative_basis_cancels_a_machine_shift_and_gates_the_reference(tmp_path
     assert shift.shared and shift.case_ratios["rigl@0.1"] == pytest.approx(1.08, abs=0.005)
     code, out, _ = _compare(capsys, base, cur, "--time-threshold", "5")
     assert code == 1 and "1 regressed" in out and "FAIL: dense@1 (time)" in out
-    assert "TIME REFERENCE: every case 1.08x to 1.08x slower, dense included (dense@1 1.08" in out
+    assert "TIME REFERENCE: every case 1.08x to 1.08x slower on its own times, dense included (dense@1 1.08" in out
     assert "a machine shift or a change to the common training step" in out
     assert "process offsets unseen" not in out  # both runs have two process sets per case
     code, out, _ = _compare(capsys, base, cur, "--time-threshold", "5", "--accept-machine-shift")

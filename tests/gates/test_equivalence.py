@@ -163,12 +163,12 @@ def test_every_case_50_percent_slower_dense_included_fails(tmp_path: Path, capsy
     assert all(c.time.verdict == "unchanged" for c in comparison.cases if c.case != "dense@1")
     code, out, _ = run_compare(capsys, str(QUIET_RUN), slower)
     assert code == 1 and "FAIL: dense@1 (time)" in out
-    assert "TIME REFERENCE: every case 1.50x to 1.50x slower, dense included (dense@1 1.500x [" in out
+    assert "TIME REFERENCE: every case 1.50x to 1.50x slower on its own times, dense included (dense@1 1.500x [" in out
     assert "a machine shift or a change to the common training step" in out
     code, out, _ = run_compare(capsys, str(QUIET_RUN), slower, "--accept-machine-shift")
     assert code == 0 and "accepted (--accept-machine-shift)" in out
     api = dstbench.compare(QUIET_RUN, slower)
-    assert not api.passed and api.shifts[0].startswith("every case 1.50x to 1.50x slower, dense included")
+    assert not api.passed and api.shifts[0].startswith("every case 1.50x to 1.50x slower on its own times, dense included")
     frame = api.frame()
     assert frame.loc[(frame["case_id"] == "dense@1") & (frame["metric"] == "time"), "basis"].item() == "absolute (reference)"
 
@@ -183,20 +183,39 @@ def test_dense_alone_slower_fails_even_when_shifts_are_accepted(tmp_path: Path, 
     assert comparison.regressed[0].case == "dense@1" and len(comparison.improved) == 3
     code, out, _ = run_compare(capsys, str(QUIET_RUN), dense_slower, "--accept-machine-shift")
     assert code == 1 and "FAIL: dense@1 (time)" in out
-    assert "did not move with it: dense's own time changed" in out
+    assert "did not move on their own times (" in out and "dense's own time changed, not the machine" in out
+
+
+def test_cases_whose_relative_change_is_inconclusive_do_not_make_dense_alone_a_machine_shift(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: dense alone 1.15x slower, the others at 1.00x and 1.01x on their own times
+    (inside a 5% band), so relative to dense they read about 0.87x, which need not be decided: the
+    cases' own times say the machine did not move, and --accept-machine-shift does not turn
+    dense's regression into a shift."""
+    shifted = doctored(tmp_path, "dense15", scale({"dense": 1.15, "set": 1.01}))
+    comparison = compare_runs(load_side(QUIET_RUN), load_side(shifted), accept_machine_shift=True, time_threshold=5)
+    (shift,) = comparison.shifts
+    assert not shift.shared and not shift.accepted and "did not move on their own times" in shift.text()
+    assert shift.case_ratios["set@0.5"] == pytest.approx(1.01, abs=0.005)
+    assert comparison.regressed[0].case == "dense@1"
+    code, out, _ = run_compare(capsys, str(QUIET_RUN), shifted, "--accept-machine-shift", "--time-threshold", "5")
+    assert code == 1 and "FAIL: dense@1 (time)" in out and "shift accepted" not in out
 
 
 def test_a_shift_some_cases_share_names_who_did_not_move(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Every case 1.5x slower but barter, which stayed as it was: a machine shift barter did not
-    share (its relative improvement is its own); accepted under the flag, barter still improved."""
+    """Every case 1.5x slower but barter, which stayed as it was: not every case moved, so it is not
+    read as a machine shift (a change to the step the full-size methods share would look the same),
+    and the flag does not accept it; barter's relative improvement stands."""
     mixed = doctored(tmp_path, "mixed", scale({"dense": 1.5, "set": 1.5, "rigl": 1.5}))
     comparison = compare_runs(load_side(QUIET_RUN), load_side(mixed))
     (shift,) = comparison.shifts
     assert shift.shared and shift.moved_with == ["rigl@0.5", "set@0.5"] and shift.left_behind == ["barter@0.5"]
     code, out, _ = run_compare(capsys, str(QUIET_RUN), mixed)
-    assert code == 1 and "and rigl@0.5, set@0.5 with it" in out and "barter@0.5 did not move with it" in out
+    assert code == 1 and "and rigl@0.5 1.50x, set@0.5 1.50x with it on their own times" in out
+    assert "barter@0.5 1.00x did not move: not every case moved" in out
     code, out, _ = run_compare(capsys, str(QUIET_RUN), mixed, "--accept-machine-shift")
-    assert code == 0 and "1 improved" in out
+    assert code == 1 and "1 improved" in out and "FAIL: dense@1 (time)" in out
 
 
 def test_a_case_removed_from_the_current_run_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
