@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import math
 import os
+import re
 import shutil
 import socket
 import time
@@ -29,6 +31,7 @@ from dstbench.measure.environment import gpu_snapshot, plugin_versions, static_e
 from dstbench.suite.groups import new_group_id
 from dstbench.dst.method_base import Method
 from dstbench.util.device import synchronize
+from dstbench.results.divergence import DIVERGED, divergence
 from dstbench.results.record import CaseResult
 from dstbench.suite.loading import parse_suite
 from dstbench.measure.trackers import (
@@ -225,6 +228,11 @@ class CaseSession:
             profile_case(suite, self.case, device, result, run_dir, self.method, self.batches, self.progress, build_method)
         result.env["gpu_after"] = gpu_snapshot(device)
         result.duration_s = time.perf_counter() - self._started
+        classes = getattr(getattr(self.method, "model", None), "num_classes", None) or suite.model.kwargs.get("num_classes")
+        start = math.log(classes) if isinstance(classes, int) and classes > 1 else None  # a uniform prediction's loss
+        why = divergence(result.loss, result.curve, start) if result.status == "ok" else None
+        if why:  # a model that learns nothing: its figures answer no question (dstbench.results.divergence)
+            result.status, result.error = DIVERGED, why
         return result
 
     def close(self) -> None:
@@ -266,10 +274,21 @@ def run_case(task: CaseTask, progress: Progress | None = None) -> CaseResult:
             session.close()
 
 
+CPU_ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
-    if isinstance(exc, torch.OutOfMemoryError):
+    """CUDA's out-of-memory error, the CPU allocator's refusal (a RuntimeError), or a MemoryError."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or CPU_ALLOCATION.search(text) is not None)
+
+
+def memory_asked(exc: BaseException) -> str | None:
+    """"asked for 40.0 GB (40,000,000,000 bytes)" from the CPU allocator's message, else None."""
+    found = CPU_ALLOCATION.search(str(exc))
+    return f"asked for {int(found.group(1)) / 1e9:.1f} GB ({int(found.group(1)):,} bytes)" if found else None
 
 
 def failure(task: CaseTask, exc: BaseException) -> CaseResult:
@@ -280,6 +299,8 @@ def failure(task: CaseTask, exc: BaseException) -> CaseResult:
     if isinstance(options, dict) and options.get("enabled"):
         note = compile_failure(exc, str(task.case.get("method")), {k: v for k, v in options.items() if k != "enabled" and v is not None})
         error += f"{note}\n" if note else ""
+    asked = memory_asked(exc)
+    error += f"out of host memory: the allocation {asked}\n" if asked else ""
     return failed_result(task, "oom" if is_out_of_memory(exc) else "error", error)
 
 

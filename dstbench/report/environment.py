@@ -50,7 +50,7 @@ def runs_table(derived: pd.DataFrame) -> Table | None:
         meta = load_run_meta(run)
         overrides = meta.get("overrides") or {}
         body.append(
-            [run_label(run), _text(meta.get("suite")), _text(meta.get("created")), _text(meta.get("commit")),
+            [run_label(run, derived["run"].unique()), _text(meta.get("suite")), _text(meta.get("created")), _text(meta.get("commit")),
              _text(meta.get("branch")), _text(meta.get("commit_time")), _text(meta.get("dirty")),
              _text(meta.get("suite_path")), " ".join(f"{k}={json.dumps(v)}" for k, v in overrides.items()) or DASH]
         )

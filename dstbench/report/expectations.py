@@ -101,7 +101,7 @@ def expectations_table(derived: pd.DataFrame) -> Table | None:
             exp = first.expectation
             vs = comparison_method(exp, run.reference) if exp.metric in RELATIVE else DASH
             rows.append(
-                ([run_label(run.run)] if several else [])
+                ([run_label(run.run, [v.run for v in verdicts])] if several else [])
                 + [first.verdict, exp.metric, _cases_text([o.case for o in group]), vs, _values_text(group),
                    bounds_text(exp), first.message if len(group) == 1 else ""]
             )
@@ -132,5 +132,5 @@ def coverage_notes(derived: pd.DataFrame) -> list[dict[str, Any]]:
     for run in pd.unique(derived["run"]):
         coverage = run_coverage(str(run))
         if coverage is not None and (not coverage.complete or coverage.unselected):
-            notes.append({"run": run_label(run), "summary": coverage.summary(), "incomplete": not coverage.complete})
+            notes.append({"run": run_label(run, derived["run"].unique()), "summary": coverage.summary(), "incomplete": not coverage.complete})
     return notes

@@ -104,7 +104,7 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunInfo]:
     for run_dir in run_dirs:
         suite_path = Path(run_dir) / SUITE_FILE
         text = suite_path.read_text(encoding="utf-8") if suite_path.exists() else None
-        runs.append(RunInfo(run_label(run_dir), load_run_meta(run_dir), text))
+        runs.append(RunInfo(run_label(run_dir, run_dirs), load_run_meta(run_dir), text))
     return runs
 
 

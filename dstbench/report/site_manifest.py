@@ -114,7 +114,7 @@ def _parse(path: Path) -> SiteManifest:
         data = json.loads(read_regular_text(path))  # a FIFO there is refused, not waited on
         pages = [str(p) for p in data["pages"]]
         runs = {str(name): PublishedRun(str(run["source"]), [str(f) for f in run["files"]]) for name, run in data["runs"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise SiteError(f"{path}: unreadable site manifest ({type(exc).__name__}: {exc}); restore it or publish to a new folder") from None
     outside = [p for p in pages if p not in SITE_PAGES] + [f"runs/{n}" for n in runs if not _inside(n, parts=1)]
     outside += [f"runs/{n}/{f}" for n, run in runs.items() for f in run.files if not _inside(f)]

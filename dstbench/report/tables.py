@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 from tabulate import tabulate
@@ -111,8 +111,15 @@ def covers(derived: pd.DataFrame) -> str:
     return "intervals over " + " or ".join(texts) if texts else "no paired interval"
 
 
-def run_label(run: Any) -> str:
-    return Path(str(run)).name
+def run_label(run: Any, among: Iterable[Any] = ()) -> str:
+    """A run folder as the report names it: its folder name, or where another run of `among` has
+    the same name, as many of its parent folders as tell the two apart (`nightly/run1`)."""
+    parts = Path(str(run)).parts
+    others = [Path(str(o)).parts for o in among if str(o) != str(run)]
+    for depth in range(1, len(parts) + 1):
+        if not any(o[-depth:] == parts[-depth:] for o in others):
+            return "/".join(parts[-depth:])
+    return str(run)
 
 
 def ordered(derived: pd.DataFrame) -> pd.DataFrame:
@@ -169,7 +176,7 @@ def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
 
     def cells(r: pd.Series) -> list[str]:
         return (
-            ([run_label(r["run"])] if several else [])
+            ([run_label(r["run"], derived["run"].unique())] if several else [])
             + ([point_of(r)] if swept else [])
             + [str(r["method"])]
             + ([_execution(r)] if executions else [])
@@ -343,7 +350,7 @@ def failed_table(derived: pd.DataFrame) -> Table | None:
         return None
     several = derived["run"].nunique() > 1 if "run" in derived else False
     body = [
-        ([run_label(r["run"])] if several else [])
+        ([run_label(r["run"], derived["run"].unique())] if several else [])
         + [str(r["case_id"]), str(r["status"]), clip(last_line(r.get("error"), "(no message recorded)"), 300), _num(r.get("duration_s"), ".1f")]
         for _, r in failed.iterrows()
     ]

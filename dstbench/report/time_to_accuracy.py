@@ -74,7 +74,7 @@ def time_to_accuracy_table(derived: pd.DataFrame) -> Table | None:
     reference, base = derived.attrs.get("reference") or "the reference", _drop_baseline(derived)
     several = "run" in rows and rows["run"].nunique() > 1
     body = [
-        ([run_label(r["run"])] if several else [])
+        ([run_label(r["run"], rows["run"].unique())] if several else [])
         + [f"{r['method']}@{float(r['density']):g}" + (f" [{p}]" if (p := frame_points(rows.loc[[i]]).iloc[0]) else ""),
            pooled_text(r, "top1", unit="%") + f" ({int(r['seeds'])} seed{'s' if r['seeds'] != 1 else ''})",
            pooled_text(r, "top1_drop", digits=2, signed=True, unit=" pp"), target_text(r), _seconds(r),

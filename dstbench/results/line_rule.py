@@ -10,6 +10,7 @@ import types
 import typing
 from typing import Any, Union
 
+from dstbench.util.nesting import too_deep
 from dstbench.util.text import short_repr
 
 REQUIRED_FIELDS = ("case_id", "method", "kind", "density", "status")
@@ -42,9 +43,12 @@ def line_problem_of(data: Any, hints: dict[str, Any], schema_version: int) -> st
     """Why a parsed result line cannot be used, or None: not an object, a required field missing, a
     field of the wrong type for its annotation in `hints`, a density outside (0, 1], a schema
     version this dstbench does not know (above `schema_version`), a time that is negative or not
-    finite, an ok speed line without its segments."""
+    finite, an ok speed line without its segments, a top-1 outside [0, 1], a negative byte count."""
     if not isinstance(data, dict):
         return "not a JSON object"
+    deep = too_deep(data)
+    if deep:
+        return deep
     missing = [key for key in REQUIRED_FIELDS if key not in data]
     if missing:
         return f"missing {', '.join(missing)}"
@@ -64,6 +68,24 @@ def line_problem_of(data: Any, hints: dict[str, Any], schema_version: int) -> st
                 return f"{key} {'holds' if isinstance(value, list) else 'is'} {bad}"
     if data["status"] == "ok" and data.get("mode") in ("speed", "both") and not isinstance(data.get("segment_ms"), list):
         return "an ok speed line without segment_ms"
+    for key, value in data.items():
+        bad = _bad_value(key, value)
+        if bad is not None:
+            return bad
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _bad_value(key: str, value: Any) -> str | None:
+    """A value no measurement can have: a top-1 or top-5 outside [0, 1] (a hand-edited 7.5 would
+    read 750%), a byte count that is negative or not finite."""
+    if key in ("top1", "top5") and _number(value) and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        return f"{key} {short_repr(value, 20)} outside [0, 1]"
+    if key.endswith("_bytes") and _number(value) and not (math.isfinite(value) and value >= 0):
+        return f"{key} {short_repr(value, 20)} is not a byte count"
     return None
 
 

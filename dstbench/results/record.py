@@ -43,7 +43,7 @@ SCHEMA_VERSION = 1
 
 # A case's status: it finished, or how it failed (see docs/concepts/measurement.md).
 # `cancelled`: a cluster job ended from outside (scancel, preemption) before its case reported.
-STATUSES = ("ok", "oom", "error", "timeout", "crash", "cancelled")
+STATUSES = ("ok", "oom", "error", "timeout", "crash", "cancelled", "diverged")  # diverged: dstbench.results.divergence
 FAILED_STATUSES = STATUSES[1:]
 
 
@@ -280,7 +280,7 @@ def replace_results(
         for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 data = json.loads(raw)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 data = None
             try:
                 case = key(data) if isinstance(data, dict) and isinstance(data.get("case_id"), str) else None
@@ -349,6 +349,8 @@ def read_results(run_dir: Path, hashes: tuple[str, ...] = ()) -> ResultsRead:
     if suite_hash is None and hashes:
         suite_hash, points = hashes[0], tuple(hashes[1:])
     read = ResultsRead({}, [], {}, [], suite_hash, points)
+    # The seeds run.json plans (a suite's `seeds:`): a line of another seed would be pooled silently.
+    seeds = {c["seed"] for c in meta.get("cases") or [] if isinstance(c, dict) and isinstance(c.get("seed"), int)}
     path = Path(run_dir) / RESULTS_FILE
     if not path.exists():
         return read
@@ -363,7 +365,7 @@ def read_results(run_dir: Path, hashes: tuple[str, ...] = ()) -> ResultsRead:
             except (json.JSONDecodeError, RecursionError):
                 read.skipped.append(f"{number} (not JSON)")
                 continue
-            problem = line_problem(data)
+            problem = line_problem(data) or _seed_problem(data, seeds)
             if problem:
                 read.skipped.append(f"{number} ({problem})")
                 continue
@@ -377,6 +379,13 @@ def read_results(run_dir: Path, hashes: tuple[str, ...] = ()) -> ResultsRead:
             read.lines[case] = data
     read.duplicated = {case: n for case, n in counts.items() if n > 1}
     return read
+
+
+def _seed_problem(data: dict[str, Any], seeds: set[int]) -> str | None:
+    seed = data.get("seed")
+    if seeds and isinstance(seed, int) and seed not in seeds:
+        return f"seed {seed} is not among the run's seeds ({', '.join(map(str, sorted(seeds)))})"
+    return None
 
 
 def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:

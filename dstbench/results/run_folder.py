@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import yaml
 
 from dstbench.util.dirlock import FolderLock, held_by_another
+from dstbench.util.nesting import too_deep
 from dstbench.util.files import (
     LOCK_FILE, RESULTS_FILE, RUN_FILE, RUN_FILES, SUITE_FILE, open_no_follow, read_regular_text, regular_file_problem,
 )
@@ -50,9 +51,13 @@ def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, A
         if required:
             raise RunDirError(f"{run_dir}: missing {RUN_FILE}") from None
         return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         if required:
-            raise RunDirError(f"{path}: unreadable ({exc})") from None
+            raise RunDirError(f"{path}: unreadable ({'nested too deeply' if isinstance(exc, RecursionError) else exc})") from None
+        return {}
+    if too_deep(meta):
+        if required:
+            raise RunDirError(f"{path}: unreadable ({too_deep(meta)})")
         return {}
     if not isinstance(meta, dict):
         if required:
@@ -186,5 +191,5 @@ def _describe_holder(text: str) -> str:
     try:
         holder = json.loads(text)
         return f"pid {holder['pid']} on {holder['host']}, since {holder['started']}"
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return text[:200]

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from dstbench.suite.schema import SuiteConfig
 from dstbench.util.text import clip, short_repr
-from dstbench.util.files import RESULTS_FILE, RUN_FILE, SUITE_FILE
+from dstbench.util.files import RESULTS_FILE, RUN_FILE, SUITE_FILE, read_regular_text
 from dstbench.util.safe_yaml import decode_utf8, load_bounded
 
 
@@ -134,9 +134,9 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise ValueError(f"{text!r}: expected KEY=VALUE with a dotted key, e.g. timing.segments=10")
     try:
-        return key, yaml.safe_load(value)
+        return key, load_bounded(value)  # an alias loop or a bomb in a --set value is refused too
     except yaml.YAMLError as exc:
-        raise ValueError(f"{text!r}: the value is not valid YAML ({exc})") from None
+        raise ValueError(f"{clip(repr(text), 120)}: the value is not valid YAML ({exc})") from None
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: str = "<suite>") -> dict[str, Any]:
@@ -196,9 +196,9 @@ def recorded_kinds(run_dir: str | Path) -> dict[str, str]:
     run_dir = Path(run_dir)
     kinds: dict[str, str] = {}
     try:
-        meta = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        meta = json.loads(read_regular_text(run_dir / RUN_FILE))
         cases = meta.get("cases") if isinstance(meta, dict) else None
-    except (OSError, UnicodeError, ValueError):
+    except (OSError, UnicodeError, ValueError, RecursionError):  # RecursionError: nested too deeply
         cases = None
     records = cases if isinstance(cases, list) else []
     if not records:
@@ -216,7 +216,7 @@ def recorded_kinds(run_dir: str | Path) -> dict[str, str]:
 def _json_object(line: str) -> Any:
     try:
         return json.loads(line)
-    except ValueError:  # a torn last line
+    except (ValueError, RecursionError):  # a torn last line, or one nested too deeply
         return None
 
 

@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, StrictInt
 from pydantic import PrivateAttr, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 import dstbench.methods as catalog
@@ -51,7 +51,8 @@ class SuiteConfig(Strict):
     device: Literal["auto", "cuda", "cpu", "mps"] = Field("auto", description="where the cases run; auto: cuda, else mps, else cpu")
     seed: int = Field(0, ge=0, le=2**63 - 1, description=(  # what torch.manual_seed and numpy accept
         "the same initial weights, masks and data for every case"))
-    seeds: list[int] | None = Field(None, min_length=1, description=(
+    # Strict: `true` or "1" would run as seed 1 while the hash records the default seed 0.
+    seeds: list[StrictInt] | None = Field(None, min_length=1, description=(
         "run every case once per seed, each seed's initial weights, masks and data order its own; the first is the "
         "suite's `seed` (in the suite hash), the list is not, so seeds may be added to a run folder. Not with `seed`"))
     plugins: list[str] = Field([], description=(

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from dstbench.util.nesting import too_deep
+
 # A suite is a few hundred values; YAML aliases let a few hundred bytes expand to billions (each
 # alias is one shared object after loading, but validation and dumping walk every expansion).
 MAX_YAML_VALUES = 100_000
@@ -91,9 +93,13 @@ def load_bounded(text: str) -> Any:
     """`text` as YAML data through `BoundedLoader`; `yaml.YAMLError` for invalid, hostile or too
     deeply nested YAML (PyYAML composes recursively)."""
     try:
-        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
+        data = yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader)
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
+    problem = too_deep(data)
+    if problem:  # loadable, but every recursive reader after this would fail on it
+        raise yaml.YAMLError(problem)
+    return data
 
 
 def decode_utf8(raw: bytes) -> str:
