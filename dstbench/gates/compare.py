@@ -50,7 +50,7 @@ from dstbench.results.derive import contended_in_a_group, noise_level
 from dstbench.gates.sides import (
     CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, protocol_differences, several_seeds,
 )
-from dstbench.gates.time_rule import ReferenceShift, TimeVerdict, beyond_p, decide, interval_level, reference_shifts
+from dstbench.gates.time_rule import DECIDED, ReferenceShift, TimeVerdict, beyond_p, decide, interval_level, reference_shifts
 from dstbench.gates.top1_compare import Top1Verdict, compare_top1, setups_differ_in_seed_only
 from dstbench.results.intervals import (
     BetweenProcesses, UnitSamples, holm, interval, judged_units, log_change, paired_units, pool_between, sample_units,
@@ -339,10 +339,26 @@ def time_verdicts(
         verdicts[key].p_value = adjusted
     for verdict in verdicts.values():
         decide(verdict, threshold_pct, alpha)
+    one_set = [label for label, side in (("baseline", baseline), ("current", current)) if one_process_set(side)]
     for verdict in verdicts.values():
         if math.isfinite(verdict.p_raw) and not all(b.seen for b in pooled[verdict.basis]):
             verdict.note = "; ".join(n for n in (verdict.note, "within one process on a side: process offsets unseen") if n)
+            if one_set and verdict.verdict in (*DECIDED, "unchanged"):
+                # The spread within one process is about half the spread between two runs of a
+                # suite (the A/A studies): an interval that narrow decides nothing, either way.
+                verdict.verdict = "inconclusive"
+                verdict.why = (f"the {' and '.join(one_set)} side timed each case in one process set, so its interval "
+                               "holds the spread within one process only: time it with timing.processes >= 2")
     return verdicts, own
+
+
+def one_process_set(side: Side) -> bool:
+    """Whether every ok line of `side` was timed by one process set (its segments tagged with a
+    single process): no process-to-process spread to judge a change against. Untagged lines
+    (written before interleaving) do not say, and do not count."""
+    sets = [set(line["segment_process"]) for line in side.cases.values()
+            if line.get("status") == "ok" and isinstance(line.get("segment_process"), list) and line["segment_process"]]
+    return bool(sets) and all(len(processes) == 1 for processes in sets)
 
 
 def _hashes(side: Side) -> str:

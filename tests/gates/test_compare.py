@@ -208,6 +208,25 @@ def test_relative_basis_cancels_a_machine_shift_and_gates_the_reference(tmp_path
     assert code == 1 and "2 regressed" in out
 
 
+def test_a_side_timed_in_one_process_set_decides_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rigl 30% slower, dense unchanged: with two process sets per case a regression; with every
+    case timed by one process set (an A/A of one run's two sets looks like this), the interval
+    holds the within-process spread only, and the verdict is inconclusive, naming timing.processes."""
+    def runs(process: list[int]) -> tuple[list, list]:
+        def one(method: str, density: float, ms: list[float]) -> dict[str, Any]:
+            return {**tagged(method, density, ms), "segment_process": process}
+        base = [one("dense", 1.0, jittered(100, J1)), one("rigl", 0.1, jittered(80, J2))]
+        cur = [one("dense", 1.0, jittered(100, J3)), one("rigl", 0.1, jittered(80 * 1.3, J4))]
+        return base, cur
+
+    assert _time(_runs(tmp_path / "two", *runs(PROCESS)), "rigl@0.1").verdict == "regression"
+    base, cur = _pair(tmp_path / "one", *runs([0] * 10))
+    rigl = _time(compare_runs(load_side(base), load_side(cur)), "rigl@0.1")
+    assert rigl.verdict == "inconclusive" and "timing.processes >= 2" in rigl.why and rigl.ratio == pytest.approx(1.3, abs=0.01)
+    code, out, _ = _compare(capsys, base, cur)
+    assert code == 0 and "0 regressed" in out and "REGRESSION" not in out
+
+
 def test_relative_basis_still_sees_a_slowdown_of_the_case_alone(tmp_path: Path) -> None:
     base, _ = _shifted_runs()
     cur = [tagged("dense", 1.0, jittered(100, J3)), tagged("rigl", 0.1, jittered(80 * 1.08, J1))]
