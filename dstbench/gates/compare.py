@@ -48,7 +48,8 @@ from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.derive import contended_in_a_group, noise_level
 from dstbench.gates.sides import (
-    CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, protocol_differences, several_seeds,
+    CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, one_process_set, protocol_differences,
+    several_seeds,
 )
 from dstbench.gates.time_rule import DECIDED, ReferenceShift, TimeVerdict, beyond_p, decide, interval_level, reference_shifts
 from dstbench.gates.top1_compare import Top1Verdict, compare_top1, setups_differ_in_seed_only
@@ -351,14 +352,6 @@ def time_verdicts(
                                "holds the spread within one process only: time it with timing.processes >= 2")
     return verdicts, own
 
-
-def one_process_set(side: Side) -> bool:
-    """Whether every ok line of `side` was timed by one process set (its segments tagged with a
-    single process): no process-to-process spread to judge a change against. Untagged lines
-    (written before interleaving) do not say, and do not count."""
-    sets = [set(line["segment_process"]) for line in side.cases.values()
-            if line.get("status") == "ok" and isinstance(line.get("segment_process"), list) and line["segment_process"]]
-    return bool(sets) and all(len(processes) == 1 for processes in sets)
 
 
 def _hashes(side: Side) -> str:

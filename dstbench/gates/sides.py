@@ -142,3 +142,12 @@ def env_differences(baseline: Side, current: Side) -> list[str]:
     if "device_name" in differ and (base["cpu_model"], cur["cpu_model"]) == (base["device_name"], cur["device_name"]):
         differ.remove("cpu_model")
     return [f"{label} differs: baseline {base[key]}, current {cur[key]}" for key, label in ENV_KEYS if key in differ]
+
+
+def one_process_set(side: Side) -> bool:
+    """Whether every ok line of `side` was timed by one process set (its segments tagged with a
+    single process): no process-to-process spread to judge a change against. Untagged lines
+    (written before interleaving) do not say, and do not count."""
+    sets = [set(line["segment_process"]) for line in side.cases.values()
+            if line.get("status") == "ok" and isinstance(line.get("segment_process"), list) and line["segment_process"]]
+    return bool(sets) and all(len(processes) == 1 for processes in sets)

@@ -53,6 +53,13 @@ def _speedup_vs_dense(r: pd.Series) -> str:
     return f"{r['speedup_vs_dense']:.2f}× {interval.removeprefix('95% CI ')}"
 
 
+def _end_to_end(r: pd.Series) -> str:
+    if missing(r.get("speedup_end_to_end")):
+        return DASH
+    interval = ci_text(r.get("speedup_end_to_end_ci_low"), r.get("speedup_end_to_end_ci_high"))
+    return f"{r['speedup_end_to_end']:.2f}× {interval.removeprefix('95% CI ')}"
+
+
 def _spread(r: pd.Series) -> str:
     """IQR / median, and whether that makes the case noisy (torch.utils.benchmark's thresholds)."""
     if missing(r.get("spread")):
@@ -80,7 +87,10 @@ SPEED_NOTE = (
     "grouped by the set of fresh processes that timed them: the mean of each process set's median, with a 95% "
     "interval that holds the process-to-process spread pooled over the run ({covers}; rounds in which either "
     "side was starved left out); 'unpaired': ratio of medians with a percentile bootstrap interval, where no "
-    "round pairs them. Beside it the same against dense; FLOP limit "
+    "round pairs them. Beside it the same against dense, and end to end: the time of the schedule's "
+    "timing.total_steps steps at the step time without updates plus the updates the schedule makes at their "
+    "measured cost, {ref}'s over the method's ('—' where an update's cost was not measured or the line predates "
+    "the record; the frame's speedup_end_to_end_basis says which); FLOP limit "
     "is the speedup the FLOP count allows and 'of limit' the measured share of it; shape limit (compact methods) "
     "is the speedup small_dense, a plain dense model of the same shapes, reaches, and 'of shape limit' "
     "small_dense's time / the method's; topology share is the fraction of segment time spent in topology "
@@ -216,7 +226,7 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
         + [
             _num(r.get("segments"), ".0f"), _num(r.get("median_ms"), ".1f"), _num(r.get("ms_per_step"), ".2f"),
             _iqr(r), _spread(r), _num(r.get("images_per_s"), ".1f"),
-            _speedup(r), _speedup_vs_dense(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")),
+            _speedup(r), _speedup_vs_dense(r), _end_to_end(r), _times(r.get("flop_limit")), percent(r.get("flop_fraction")),
             _times(r.get("shape_limit")), percent(r.get("shape_fraction")), percent(r.get("topology_share")),
         ]
         + ([_num(r.get("compile_s"), ".1f"), _recompiles(r)] if compiled else [])
@@ -225,10 +235,11 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
     ]
     return Table(
         headers + ["n", "median ms", "ms/step", "IQR ms", "IQR/median", "images/s", f"speedup vs {ref} [95% CI]",
-                   "vs dense [95% CI]", "FLOP limit", "of limit", "shape limit", "of shape limit", "topology share"]
+                   "vs dense [95% CI]", "end to end [95% CI]", "FLOP limit", "of limit", "shape limit", "of shape limit",
+                   "topology share"]
         + (["compile s", "recompiles"] if compiled else []) + ["flags"],
         body,
-        align=["left"] * len(headers) + ["right"] * (15 if compiled else 13) + ["left"],
+        align=["left"] * len(headers) + ["right"] * (16 if compiled else 14) + ["left"],
         note=SPEED_NOTE.format(ref=ref, covers=covers(derived)) + (COMPILE_NOTE if compiled else ""),
         row_classes=_classes(rows),
     )

@@ -35,6 +35,7 @@ from dstbench.results.intervals import BetweenProcesses, starved_flags
 from dstbench.results.speedup import between_processes, reference_row, speedup_stats
 from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
 from dstbench.results.replicates import frame_points, frame_replicates, point_of, stored_seed
+from dstbench.results.end_to_end import add_end_to_end
 from dstbench.results.target_time import add_target_times
 from dstbench.results.time_to_target import add_time_to_target
 
@@ -188,7 +189,7 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
         out = pd.concat(parts).loc[frame.index]
     out["point"] = points
     out.attrs["reference"] = reference
-    return add_target_times(add_time_to_target(out)) if "run" in out else out
+    return add_end_to_end(add_target_times(add_time_to_target(out))) if "run" in out else out
 
 
 def _derive_point(frame: pd.DataFrame, reference: str) -> pd.DataFrame:

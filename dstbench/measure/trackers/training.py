@@ -61,8 +61,14 @@ class TrainingStats(Tracker):
         line.segment_topology_ms = [s.topology_ms for s in self.stats]
         line.loss = self.stats[-1].loss if self.stats else None
         line.data_loading = self.data_loading
+        extras = method.result_extras()
+        schedule = getattr(method, "schedule", None)  # a DST method's update schedule (none: no updates)
+        scheduled = len(schedule.update_steps()) if hasattr(schedule, "update_steps") else 0
         line.method_extras = {
-            **method.result_extras(),
+            **extras,
             "steps_total": method.step,
             "topology_updates_total": method.topology_updates,
+            # What a whole run of the schedule would take: the end-to-end speedup prices it.
+            "schedule_steps": method.total_steps,
+            "updates_scheduled": extras.get("updates_scheduled", scheduled),
         }

@@ -1,0 +1,47 @@
+"""The end-to-end speedup: the schedule's steps at the step time without updates, plus its updates at
+their measured cost, against the reference's, on hand-made lines."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from dstbench.results.derive import derive, load_frame
+from tests.gates.synthetic import line, write_run
+
+
+def _timed(method: str, density: float, step_ms: float, update_ms: float, updated: list[int], scheduled: int) -> dict:
+    """Ten segments of 4 steps at `step_ms` per step; the segments in `updated` also hold one update
+    of `update_ms`; a schedule of 1,000 steps with `scheduled` updates."""
+    topology = [update_ms if i in updated else 0.0 for i in range(10)]
+    ms = [4 * step_ms * (1 + 0.001 * (i % 3)) + t for i, t in enumerate(topology)]
+    return line(method, density, segment_ms=ms, segment_steps=4, segment_topology_ms=topology,
+                segment_topology_updates=[1 if i in updated else 0 for i in range(10)], topology_updates=len(updated),
+                method_extras={"schedule_steps": 1000, "updates_scheduled": scheduled})
+
+
+def test_the_schedule_with_its_updates_priced_at_the_measured_times(tmp_path: Path) -> None:
+    lines = [_timed("rigl", 0.5, 10.0, 40.0, [2, 7], 20), _timed("barter", 0.5, 4.0, 8.0, [3, 8], 20),
+             _timed("dense", 1.0, 10.5, 0.0, [], 0)]
+    frame = derive(load_frame([write_run(tmp_path / "run", lines)]), "rigl").set_index("case_id")
+    barter, dense = frame.loc["barter@0.5"], frame.loc["dense@1"]
+    # The step time is the median over segments, less their updates: about 10.01, 4.004 and 10.51 ms.
+    rigl_total = 1000 * frame.loc["rigl@0.5", "step_ms_without_updates"] + 20 * 40.0
+    assert barter["speedup_end_to_end"] == pytest.approx(rigl_total / (1000 * barter["step_ms_without_updates"] + 20 * 8.0))
+    assert dense["speedup_end_to_end"] == pytest.approx(rigl_total / (1000 * dense["step_ms_without_updates"]))
+    assert barter["speedup_end_to_end_ci_low"] < barter["speedup_end_to_end"] < barter["speedup_end_to_end_ci_high"]
+    assert "1000 steps with 20 updates against 20" in barter["speedup_end_to_end_basis"]
+    assert frame.loc["rigl@0.5", "speedup_end_to_end"] == 1.0
+    # Per step dense is the slower (10.5 against 10 ms); end to end rigl's 20 updates of 40 ms cost more.
+    assert frame.loc["rigl@0.5", "step_ms_without_updates"] / dense["step_ms_without_updates"] < 1.0 < dense["speedup_end_to_end"]
+
+
+def test_an_unmeasured_update_or_an_unrecorded_schedule_says_why(tmp_path: Path) -> None:
+    lines = [_timed("rigl", 0.5, 10.0, 40.0, [], 20), _timed("barter", 0.5, 4.0, 8.0, [3], 20)]
+    old = {**_timed("set", 0.5, 10.0, 40.0, [2], 20), "method_extras": {}}
+    frame = derive(load_frame([write_run(tmp_path / "run", [*lines, old])]), "rigl").set_index("case_id")
+    assert math.isnan(frame.loc["barter@0.5", "speedup_end_to_end"])
+    assert "no update of rigl fell in the timed segments" in frame.loc["barter@0.5", "speedup_end_to_end_basis"]
+    assert "do not record their schedules" in frame.loc["set@0.5", "speedup_end_to_end_basis"]
