@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,7 +64,7 @@ def round_steps(line: Any) -> dict[tuple[str, int], tuple[float, int, bool]]:
     steps = line.get("segment_steps")
     if not all(isinstance(v, list) for v in (ms, groups, rounds)) or len({len(ms), len(groups), len(rounds)}) != 1:
         return {}
-    if not isinstance(steps, (int, float)) or steps <= 0:
+    if not isinstance(steps, numbers.Real) or steps <= 0:
         return {}
     topology = line.get("segment_topology_ms")
     if not isinstance(topology, list) or len(topology) != len(ms):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,7 +103,7 @@ def step_units(line: Any, tag: Any = 0) -> UnitSamples | None:
     unless too few stay. None where the updates in a segment are unknown."""
     ms, groups, processes = (line.get(k) for k in ("segment_ms", "segment_group", "segment_process"))
     steps = line.get("segment_steps")
-    if not isinstance(ms, list) or not ms or not isinstance(steps, (int, float)) or steps <= 0:
+    if not isinstance(ms, list) or not ms or not isinstance(steps, numbers.Real) or steps <= 0:
         return None
     topology = line.get("segment_topology_ms")
     if not isinstance(topology, list) or len(topology) != len(ms):

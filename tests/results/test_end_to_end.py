@@ -45,3 +45,17 @@ def test_an_unmeasured_update_or_an_unrecorded_schedule_says_why(tmp_path: Path)
     assert math.isnan(frame.loc["barter@0.5", "speedup_end_to_end"])
     assert "no update of rigl fell in the timed segments" in frame.loc["barter@0.5", "speedup_end_to_end_basis"]
     assert "do not record their schedules" in frame.loc["set@0.5", "speedup_end_to_end_basis"]
+
+
+def test_a_frames_numpy_integer_step_count_pairs_the_rounds() -> None:
+    """A frame whose segment_steps are all integers holds them as numpy.int64, not int: the rounds
+    must still pair (they did not, and every speedup to target and end to end read 'unpaired')."""
+    import numpy as np
+    import pandas as pd
+
+    from dstbench.results.target_speedup import round_steps
+    from dstbench.results.target_time import step_units
+
+    row = pd.Series({"segment_ms": [40.0, 41.0], "segment_group": ["g", "g"], "segment_round": [0, 1], "segment_process": [0, 1],
+                     "segment_steps": np.int64(4), "segment_topology_ms": [0.0, 0.0], "topology_updates": np.int64(0)})
+    assert len(round_steps(row)) == 2 and step_units(row) is not None
