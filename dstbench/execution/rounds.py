@@ -10,8 +10,8 @@ the same training steps in every set; the accuracy track and the profile run in 
 In each set the launcher starts the group's cases one after another (each builds its method and
 warms up while the others wait), has each run `timing.settle_segments` untimed segments (the first
 round after that wait ran slow), then asks each for one segment per round in the round's order
-(`timing.round_order`: rotated by one per round by default, so no case always follows the same
-one), and at the end asks each to finish (memory, density, extras) and lets its process exit.
+(`timing.round_order`: a Williams design by default, so every case follows every other equally
+often: `round_order`), and at the end asks each to finish (memory, density, extras) and lets its process exit.
 Whatever the machine does during a round lands on every case of the group alike, and a method's
 round r pairs with its reference's round r. A case that fails (error, crash, out of memory,
 time-out) leaves the rounds, and later sets; the others go on. A time-out counts the case's own
@@ -68,10 +68,37 @@ def process_shares(rounds: int, processes: int) -> list[tuple[int, int]]:
     return shares
 
 
+def williams_rows(cases: int) -> list[list[int]]:
+    """A Williams design for `cases` cases: rounds in which every case follows every other case
+    equally often and takes every position equally often; n rounds for an even n, 2n for an odd
+    n (the square and its mirror image)."""
+    if cases <= 1:
+        return [list(range(cases))]
+    first, low, high = [0], 1, cases - 1
+    while len(first) < cases:  # 0, 1, n-1, 2, n-2, ...
+        first.append(low)
+        low += 1
+        if len(first) < cases:
+            first.append(high)
+            high -= 1
+    rows = [[(c + r) % cases for c in first] for r in range(cases)]
+    return rows if cases % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def round_order(cases: int, round_index: int, order: str, seed: int) -> list[int]:
-    """The indices of a group's cases in the order round `round_index` times them: rotated by one
-    per round, shuffled (seeded by the suite's seed and the round), or as listed."""
+    """The indices of a group's cases in the order round `round_index` times them:
+
+    - `williams` (the default): a Williams design, so over each block of n rounds (2n for an odd
+      count) every case follows every other case equally often and holds every position equally
+      often: carry-over from the case before is balanced, not confounded with a pair;
+    - `rotate`: rotated by one per round; every case holds every position equally often, but B
+      always follows A (carry-over goes with the pair);
+    - `shuffle`: shuffled, seeded by the suite's seed and the round: balanced only on average;
+    - `fixed`: as listed."""
     indices = list(range(cases))
+    if order == "williams" and cases:
+        rows = williams_rows(cases)
+        return rows[round_index % len(rows)]
     if order == "rotate" and cases:
         shift = round_index % cases
         return indices[shift:] + indices[:shift]

@@ -206,9 +206,10 @@ class TimingConfig(Strict):
         "enters the interval"))
     # A precaution against a slow first round after a warm-up and a wait (docs/concepts/interleaving.md).
     settle_segments: int = Field(1, ge=0, description="untimed segments each case runs in round order once its process set is started")
-    # Turned, so carry-over from the previous case is not confounded with a method.
-    round_order: Literal["rotate", "shuffle", "fixed"] = Field("rotate", description=(
-        "the order of a group's cases in each round: rotated by one per round, shuffled (seeded by `seed`) or fixed"))
+    # Balanced, so carry-over from the previous case is not confounded with a pair of methods.
+    round_order: Literal["williams", "rotate", "shuffle", "fixed"] = Field("williams", description=(
+        "the order of a group's cases in each round: a Williams design (every case follows every other equally "
+        "often over a block of rounds), rotated by one per round, shuffled (seeded by `seed`) or fixed"))
     # With `seeds:` the first seed's segments are enough for speed, which a seed barely moves; more
     # seeds' segments cost their time again. Not in the suite hash: adding it resumes a run folder.
     per_seed: bool = Field(False, description=(
