@@ -46,7 +46,8 @@ def divergence(loss: Any = None, curve: Any = None, start_loss: float | None = N
         if _finite(value):
             if first is None:
                 first = float(value)
-            elif first > 0 and value > GROWTH * first:
+            elif first > 0 and value > GROWTH * max(first, start_loss or 0.0):
+                # Not below the start's loss: a task learnt to a loss near 0 may bump by 100x harmlessly.
                 return f"training diverged by step {step}: train_loss {value:.3g} is over {GROWTH:g}x the first evaluation's {first:.3g}"
     if loss is not None and isinstance(loss, (int, float)) and not math.isfinite(loss):
         return f"training diverged: the last timed segment's loss is {loss}"

@@ -31,6 +31,8 @@ def test_divergence_names_the_step_where_training_left_the_rails() -> None:
     assert "last timed segment's loss is inf" in divergence(math.inf)
     assert "over 100x the loss at the start" in divergence(1.3e8, None, start_loss=math.log(10))
     assert divergence(200.0, None) is None  # without a start, only a non-finite loss says so
+    learnt = [{"step": 128, "train_loss": 0.004, "top1": 0.99}, {"step": 256, "train_loss": 0.6, "top1": 0.97}]
+    assert divergence(None, learnt, start_loss=math.log(10)) is None  # 150x a near-zero loss is a bump, not divergence
 
 
 @pytest.mark.slow
