@@ -150,15 +150,15 @@ class ReferenceShift:
                           else "; a failure unless --accept-machine-shift accepts it")
             every = [self.case_ratios[c] for c in self.moved_with if c in self.case_ratios] + [v.ratio]
             return f"every case {min(every):.2f}x to {max(every):.2f}x {way} on its own times, dense included ({own}): {common}{accept}"
+        refused = "; --accept-machine-shift does not accept it" if self.slower else ""
         if self.shared:
             return (f"{own}, {way}, and {ratios(self.moved_with)} with it on their own times; {ratios(self.left_behind)} "
-                    "did not move: not every case moved, so not a machine shift (--accept-machine-shift does not accept "
-                    "it); each case's verdict relative to dense stands")
+                    f"did not move: not every case moved, so not a machine shift{refused}; each case's verdict relative "
+                    "to dense stands")
         one = len(self.left_behind) == 1
         return (f"{own}, {way}, while {'the other case' if one else 'the other cases'} did not move on "
                 f"{'its' if one else 'their'} own times ({ratios(self.left_behind)}): dense's own time changed, not the "
-                f"machine (a relative {other} of the others is dense's change, not theirs); --accept-machine-shift does "
-                "not accept it")
+                f"machine (a relative {other} of the others is dense's change, not theirs){refused}")
 
 
 def reference_shifts(
