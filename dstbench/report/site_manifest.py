@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from dstbench.results.run_folder import load_run_meta
-from dstbench.util.files import is_run_folder, read_regular_text, write_atomic
+from dstbench.util.files import is_run_folder, is_within, read_regular_text, write_atomic
 
 MANIFEST_FILE = ".dstbench-site.json"
 SITE_PAGES = ("index.html", "history.html", ".nojekyll")
@@ -155,9 +155,7 @@ def remove_published(folder: Path, run: PublishedRun | None) -> None:
     """Delete the files publish wrote into `folder` before (before it copies a run there again);
     nothing else in the folder is touched, and nothing outside it (a name whose resolved path leaves
     the folder, through `..` or a link on the way, is skipped)."""
-    root = os.path.realpath(folder)
     for name in run.files if run is not None else []:
         path = folder / name
-        inside = os.path.realpath(path).startswith(root + os.sep) and _inside(name)
-        if inside and path.is_file() and not path.is_symlink():
+        if _inside(name) and is_within(path, folder) and path.is_file() and not path.is_symlink():
             path.unlink()

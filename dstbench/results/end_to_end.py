@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from dstbench.results.intervals import BetweenProcesses, judged_units, pool_between, summarize
-from dstbench.results.target_speedup import paired_step_units, speedup_to_target, step_ratio
+from dstbench.results.target_speedup import paired_step_units, partner_case, speedup_to_target, step_ratio
 from dstbench.results.target_time import CaseKey, case_keys, case_timings
 
 END_TO_END_COLUMNS = ("speedup_end_to_end", "speedup_end_to_end_ci_low", "speedup_end_to_end_ci_high", "speedup_end_to_end_basis")
@@ -53,10 +53,7 @@ def add_end_to_end(derived: pd.DataFrame) -> pd.DataFrame:
     timings, keys = case_timings(timed), case_keys(timed)
 
     def partner(key: CaseKey) -> CaseKey | None:
-        run, _, density, point = key
-        matches = [k for k in timings if (k[0], k[1], k[3]) == (run, reference, point)]
-        same = [k for k in matches if math.isclose(k[2], density)]
-        return same[0] if same else matches[0] if len(matches) == 1 else None
+        return partner_case(timings, key, reference)
 
     first = {key: timed[keys == key].iloc[0] for key in timings}
     pairs = {key: [(first[other], first[key])] for key in timings if (other := partner(key)) is not None and other != key}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,15 @@ def step_ratio(pairs: Sequence[tuple[Any, Any]], between: BetweenProcesses) -> S
         return None
     iv = interval(summary, between)
     return StepRatio(iv.value, iv.log_se**2, iv.df, f"step-time ratio paired over {iv.covers}")
+
+
+def partner_case(cases: Iterable[CaseKey], key: CaseKey, method: str | None) -> CaseKey | None:
+    """`method`'s case beside `key` among `cases`: at the same density, else its one case at 1.0
+    (dense)."""
+    run, _, density, point = key
+    matches = [k for k in cases if (k[0], k[1], k[3]) == (run, method, point)]
+    same = [k for k in matches if math.isclose(k[2], density)]
+    return same[0] if same else matches[0] if len(matches) == 1 and matches[0][2] == 1.0 else None
 
 
 # -- the speedup ------------------------------------------------------------------------------------
@@ -183,11 +192,7 @@ def pool_target_times(pooled: pd.DataFrame, derived: pd.DataFrame) -> pd.DataFra
         return [per_seed[s][0] for s in chosen], [per_seed[s][1] for s in chosen], timing
 
     def partner(key: CaseKey, method: str | None) -> CaseKey | None:
-        """`method`'s case beside `key`: at the same density, else its one case at 1.0 (dense)."""
-        run, _, density, point = key
-        matches = [k for k in timings if (k[0], k[1], k[3]) == (run, method, point)]
-        same = [k for k in matches if math.isclose(k[2], density)]
-        return same[0] if same else matches[0] if len(matches) == 1 and matches[0][2] == 1.0 else None
+        return partner_case(timings, key, method)
 
     # The paired step ratios' between-process variance, pooled over each run's comparisons.
     comparisons = {(key, other): _seed_pairs(derived, keys, other, key)

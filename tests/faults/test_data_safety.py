@@ -219,7 +219,21 @@ def test_a_truncated_checkpoint_is_named(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-def test_resume_past_a_truncated_checkpoint_trains_the_case_afresh(tmp_path: Path) -> None:
+def _truncate(checkpoint: Path) -> None:
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])  # a kill mid-copy, a full disk
+
+
+def _fifo(checkpoint: Path) -> None:
+    checkpoint.unlink()
+    os.mkfifo(checkpoint)  # opened without blocking and refused (issue 88), never waited on
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("damage, reason", [
+    (_truncate, "damaged checkpoint"),
+    pytest.param(_fifo, "not a regular file", marks=pytest.mark.slow),
+], ids=["truncated", "fifo"])
+def test_resume_past_a_damaged_checkpoint_trains_the_case_afresh(damage, reason: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from dstbench.results.record import load_results
     from tests.test_accuracy import digits_suite
 
@@ -228,12 +242,12 @@ def test_resume_past_a_truncated_checkpoint_trains_the_case_afresh(tmp_path: Pat
     assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 0
     [run_dir] = list((tmp_path / "runs").iterdir())
     [checkpoint] = list((run_dir / "checkpoints").iterdir())
-    checkpoint.write_bytes(checkpoint.read_bytes()[:100])  # a kill mid-copy, a full disk
+    damage(checkpoint)
     (run_dir / "results.jsonl").write_text("")  # as if the run had died after it
     assert main(["run", str(path), "--resume", str(run_dir)]) == 0
     [again] = load_results(run_dir)
     assert again.status == "ok" and again.epochs == 1
-    assert any(f"{checkpoint}: damaged checkpoint" in w and "trained afresh" in w for w in again.warnings)
+    assert any(f"{checkpoint}: " in w and reason in w and "trained afresh" in w for w in again.warnings)
 
 
 @pytest.mark.slow

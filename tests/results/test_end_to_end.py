@@ -24,18 +24,20 @@ def _timed(method: str, density: float, step_ms: float, update_ms: float, update
 
 def test_the_schedule_with_its_updates_priced_at_the_measured_times(tmp_path: Path) -> None:
     lines = [_timed("rigl", 0.5, 10.0, 40.0, [2, 7], 20), _timed("barter", 0.5, 4.0, 8.0, [3, 8], 20),
-             _timed("dense", 1.0, 10.5, 0.0, [], 0)]
+             _timed("static", 0.5, 10.5, 0.0, [], 0), _timed("dense", 1.0, 10.5, 0.0, [], 0)]
     frame = derive(load_frame([write_run(tmp_path / "run", lines)]), "rigl").set_index("case_id")
-    barter, dense = frame.loc["barter@0.5"], frame.loc["dense@1"]
+    barter, static = frame.loc["barter@0.5"], frame.loc["static@0.5"]
     # The step time is the median over segments, less their updates: about 10.01, 4.004 and 10.51 ms.
     rigl_total = 1000 * frame.loc["rigl@0.5", "step_ms_without_updates"] + 20 * 40.0
     assert barter["speedup_end_to_end"] == pytest.approx(rigl_total / (1000 * barter["step_ms_without_updates"] + 20 * 8.0))
-    assert dense["speedup_end_to_end"] == pytest.approx(rigl_total / (1000 * dense["step_ms_without_updates"]))
+    assert static["speedup_end_to_end"] == pytest.approx(rigl_total / (1000 * static["step_ms_without_updates"]))
     assert barter["speedup_end_to_end_ci_low"] < barter["speedup_end_to_end"] < barter["speedup_end_to_end_ci_high"]
     assert "1000 steps with 20 updates against 20" in barter["speedup_end_to_end_basis"]
     assert frame.loc["rigl@0.5", "speedup_end_to_end"] == 1.0
-    # Per step dense is the slower (10.5 against 10 ms); end to end rigl's 20 updates of 40 ms cost more.
-    assert frame.loc["rigl@0.5", "step_ms_without_updates"] / dense["step_ms_without_updates"] < 1.0 < dense["speedup_end_to_end"]
+    # Per step static is the slower (10.5 against 10 ms); end to end rigl's 20 updates of 40 ms cost more.
+    assert frame.loc["rigl@0.5", "step_ms_without_updates"] / static["step_ms_without_updates"] < 1.0 < static["speedup_end_to_end"]
+    # Dense has no rigl case at its density (1.0): no end-to-end speedup, as no per-step one.
+    assert math.isnan(frame.loc["dense@1", "speedup_end_to_end"]) and "no rigl case" in frame.loc["dense@1", "speedup_end_to_end_basis"]
 
 
 def test_an_unmeasured_update_or_an_unrecorded_schedule_says_why(tmp_path: Path) -> None:
