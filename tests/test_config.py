@@ -136,7 +136,7 @@ def test_dotted_overrides_reach_inside_and_are_validated_like_the_file(tmp_path)
     with pytest.raises(SuiteError) as info:
         load_suite(path, {"timing.segmnts": 3, "timing.segments": 0})
     message = str(info.value)
-    assert "timing.segmnts: unknown key (allowed: warmup_steps, segment_steps, segments, total_steps, interleave, processes, settle_segments, round_order, per_seed) (from --set timing.segmnts=3)" in message
+    assert "timing.segmnts: unknown key (allowed: warmup_steps, segment_steps, segments, total_steps, interleave, processes, settle_segments, round_order, hand_over, per_seed) (from --set timing.segmnts=3)" in message
     assert "timing.segments: Input should be greater than 0 (from --set timing.segments=0)" in message
     with pytest.raises(SuiteError, match="batch_size is 8, not a mapping"):
         load_suite(path, {"batch_size.x": 1})

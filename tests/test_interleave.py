@@ -84,6 +84,7 @@ def test_segments_of_a_group_alternate_and_lines_carry_their_group(tmp_path: Pat
         assert len(noise["cpu_share"]) == len(noise["involuntary_switches"]) == len(line["segment_ms"]) == 3
         assert noise["threads"] == 1 and line["env"]["threads"] == 1
         assert isinstance(noise["contended"], bool) and noise["rule"].startswith("starved: ")
+        assert noise["hand_over_ms"] == [None] * 3  # the inprocess launcher's cases share one process: no hand-over
 
 
 def _line(case_id: str, groups: list[str], ms: list[float], **fields) -> dict:  # type: ignore[no-untyped-def]

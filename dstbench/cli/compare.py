@@ -42,7 +42,7 @@ def add_parser(commands: Commands) -> None:
                    help="a baseline case the current run lacks is listed, not a failure (extra cases are always listed)")
     p.add_argument("--allow-protocol-change", action="store_true",
                    help="compare runs timed under different protocols (timing.processes, interleave, round_order, "
-                   "settle_segments, segment_steps, segments), every time verdict inconclusive; without it they are "
+                   "settle_segments, hand_over, segment_steps, segments), every time verdict inconclusive; without it they are "
                    "refused (exit 2)")
     p.add_argument("--top1-threshold", type=float, default=1.0, metavar="PP",
                    help="the band of no top-1 change, +/- percentage points: a regression must be significantly beyond it, "

@@ -50,6 +50,7 @@ from dstbench.measure.trackers import (
     TrainingStats,
 )
 from dstbench.util.threads import affinity_cores, resolve_threads, use_threads
+from dstbench.measure.hand_over import HandOver
 from dstbench.measure.trackers.memory import current_rss_bytes
 from dstbench.execution.torch_compile import compile_failure, compile_method
 
@@ -106,6 +107,7 @@ class CaseSession:
         self._compile = CompileRecord(self.suite.compile.options() if self.suite.compile.enabled else None)
         self._spanning = contextlib.ExitStack()  # the trackers entered in `open` and left in `finish`
         self._spanning_energy = False
+        self._hand_over = HandOver(self.suite.timing.hand_over == "parked")
 
     def open(self) -> dict[str, Any]:
         """Build and warm up; returns what the launcher's scheduler needs (device, CUDA memory)."""
@@ -165,10 +167,15 @@ class CaseSession:
         """Time one segment; returns its milliseconds, start time and noise sample."""
         assert self.method is not None, "segment() before open() or in an accuracy-only case"
         tag = tag or SegmentTag()
+        # Interleaved with other processes, the next case's segment waits for this one's threads to
+        # park (dstbench.measure.hand_over); alone or in one process, the threads are its own.
+        interleaved = bool(set(tag.group_pids) - {os.getpid()})
         if tag.settle:
             with self._compile.untimed(), SegmentTimer(self.device) as timer:
                 self.method.train_segment(self.batches, self.suite.timing.segment_steps)
             self._times.add_settle(timer.elapsed_ms)
+            if interleaved:
+                self._hand_over.wait()
             return {"ms": timer.elapsed_ms, "settle": True}
         index = self._times.count
         if index == 0:
@@ -183,6 +190,7 @@ class CaseSession:
                 with SegmentTimer(self.device) as timer:
                     stats = self.method.train_segment(self.batches, self.suite.timing.segment_steps)
         self._compile.charge(self.method.topology_updates)
+        noise.sample["hand_over_ms"] = self._hand_over.wait() if interleaved else None
         self._noise.add(noise)
         self._training.add(stats)
         self._times.add(timer.elapsed_ms, started, tag.group, tag.round, tag.process, tag.slot)
@@ -201,6 +209,8 @@ class CaseSession:
         )
         for tracker in trackers:
             tracker.write(self.result)
+        if warning := self._hand_over.warning():
+            self.result.warnings.append(warning)
 
     def finish(self) -> CaseResult:
         """The remaining figures and the result (the process may exit after it)."""

@@ -26,9 +26,9 @@ ENV_KEYS = (
 )
 
 # How a run's segments were timed: what moves a time without changing the case. The last two are in
-# the suite hash too (cases of other values do not match); the first four are not, so two runs of one
+# the suite hash too (cases of other values do not match); the first five are not, so two runs of one
 # suite can differ in them, and each run folder's suite.yaml records them.
-PROTOCOL_KEYS = ("processes", "interleave", "round_order", "settle_segments", "segment_steps", "segments")
+PROTOCOL_KEYS = ("processes", "interleave", "round_order", "settle_segments", "hand_over", "segment_steps", "segments")
 
 Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
 

@@ -413,10 +413,10 @@ class SuiteConfig(Strict):
         measured = self.model_dump(
             mode="json", include={"device", "seed", "model", "data", "batch_size", "optimizer", "precision", "fuse_norms", "mode", "timing", "accuracy"}
         )
-        # How samples are drawn (interleaving, process sets, round order, settle rounds) is not a
+        # How samples are drawn (interleaving, process sets, round order, settle rounds, hand-over) is not a
         # setting of the measurement (such runs compare); a thread count is, but only an explicit one enters, so suites that leave it at
         # its default keep the hash they had.
-        for key in ("interleave", "processes", "round_order", "settle_segments"):  # how samples are drawn
+        for key in ("interleave", "processes", "round_order", "settle_segments", "hand_over"):  # how samples are drawn
             measured["timing"].pop(key, None)
         # Which seeds run is not a setting of a case's measurement (each line names its seed); the
         # first seed is (`seed`), so a one-seed run and the same suite with seeds added share it.

@@ -210,6 +210,11 @@ class TimingConfig(Strict):
     round_order: Literal["williams", "rotate", "shuffle", "fixed"] = Field("williams", description=(
         "the order of a group's cases in each round: a Williams design (every case follows every other equally "
         "often over a block of rounds), rotated by one per round, shuffled (seeded by `seed`) or fixed"))
+    # dstbench.measure.hand_over: a case's OpenMP workers spin ~7 ms after its segment ends.
+    hand_over: Literal["parked", "immediate"] = Field("parked", description=(
+        "interleaved: after each segment a case waits, untimed, until its process's other threads are parked before "
+        "the next case's segment starts; immediate: at once (its spinning OpenMP workers then share the next case's "
+        "cores). Not in the suite hash"))
     # With `seeds:` the first seed's segments are enough for speed, which a seed barely moves; more
     # seeds' segments cost their time again. Not in the suite hash: adding it resumes a run folder.
     per_seed: bool = Field(False, description=(

@@ -14,6 +14,9 @@ Per segment (`SegmentNoise`, a context manager outside the segment's timer):
   every CPU) / (wall time x the online CPUs): cores the host gave to other guests, which the
   run-queue wait of the guest's own scheduler never shows.
 - `gpu_other_processes` (CUDA with NVML): processes on the GPU besides the case's own group.
+- `hand_over_ms` (interleaved, Linux): after the segment, untimed, how long its process's other
+  threads took to park before the next case's segment (`dstbench.measure.hand_over`); null where
+  it did not wait.
 
 Per case: the load average (1, 5, 15 min) before the first and after the last segment.
 
@@ -138,7 +141,7 @@ class SegmentNoise:
 
 
 # A noise record's per-segment lists (aligned with the line's segment_ms).
-NOISE_LISTS = ("cpu_share", "wait_share", "involuntary_switches", "steal_share", "gpu_other_processes")
+NOISE_LISTS = ("cpu_share", "wait_share", "involuntary_switches", "steal_share", "gpu_other_processes", "hand_over_ms")
 
 
 def _join_noise(old: dict[str, Any] | None, new: dict[str, Any] | None, joining: Joining) -> dict[str, Any] | None:
@@ -220,6 +223,8 @@ class NoiseRecord(Tracker):
             "wait_share": [s.get("wait_share") for s in self.samples],
             "involuntary_switches": [s.get("involuntary_switches") for s in self.samples],
             "steal_share": [s.get("steal_share") for s in self.samples],
+            # After the segment, untimed: how long its threads took to park (dstbench.measure.hand_over).
+            "hand_over_ms": [s.get("hand_over_ms") for s in self.samples],
             "loadavg_start": self.loadavg_start,
             "loadavg_end": self.loadavg_end,
         }
