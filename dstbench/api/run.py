@@ -32,7 +32,7 @@ FRAME_COLUMNS = (
 CURVE_COLUMNS = ("case_id", "method", "density", "seed", "epoch", "step", "top1", "top5", "test_loss", "train_loss", "lr",
                  "curve_density", "train_time_s", "topology_updates")
 SEGMENT_FIELDS = ("segment_ms", "segment_group", "segment_round", "segment_process", "segment_slot", "segment_start_s")
-NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches")
+NOISE_SERIES = ("cpu_share", "wait_share", "steal_share", "involuntary_switches", "hand_over_ms")
 
 
 def failed_cases(lines: list[dict[str, Any]]) -> dict[str, str]:
@@ -173,7 +173,7 @@ class Run:
         """One row per timed segment: `case_id`, `method`, `density`, `seed`, the segment's `ms`, `group`,
         `round`, `process` (which process set timed it), `slot` (its place in the round's order),
         `start_s`, and the noise the segment saw (`cpu_share`, `wait_share`, `steal_share`,
-        `involuntary_switches`) where recorded."""
+        `involuntary_switches`) and its hand-over wait after it (`hand_over_ms`) where recorded."""
         import pandas as pd
 
         from dstbench.results.derive import load_frame
