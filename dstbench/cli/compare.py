@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from dstbench.cli.common import Commands, add_command
 from dstbench.util.exitcodes import EXIT_USAGE
@@ -50,6 +51,12 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
     p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version, host, thread count or OpenMP setting "
                    "is an error (exit 2); an inconclusive case fails (exit 1)")
+    p.add_argument("--decide", action="store_true",
+                   help="time the current run's inconclusive cases again, in more process sets (with their references, "
+                   "into CURRENT), until their time verdicts are decided or --decide-budget-s is spent; says which stayed "
+                   "undecided and why")
+    p.add_argument("--decide-budget-s", type=float, default=600.0, metavar="S",
+                   help="with --decide: the wall time the added process sets may take (default 600)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
     p.set_defaults(func=main)
 
@@ -65,17 +72,41 @@ def main(args: argparse.Namespace) -> int:
         problem = output_file_problem(args.markdown, "--markdown", [args.baseline, args.current]) if args.markdown else None
         if problem:
             raise CompareInputError(problem)
-        comparison = compare_runs(
-            load_side(args.baseline), load_side(args.current), time_threshold=args.time_threshold,
-            memory_threshold=args.memory_threshold, alpha=args.alpha, memory_only=args.memory_only,
-            time_basis=args.time_basis, top1_threshold=args.top1_threshold, allow_missing=args.allow_missing,
-            accept_machine_shift=args.accept_machine_shift, allow_protocol_change=args.allow_protocol_change,
+        options = dict(
+            time_threshold=args.time_threshold, memory_threshold=args.memory_threshold, alpha=args.alpha,
+            memory_only=args.memory_only, time_basis=args.time_basis, top1_threshold=args.top1_threshold,
+            allow_missing=args.allow_missing, accept_machine_shift=args.accept_machine_shift,
+            allow_protocol_change=args.allow_protocol_change,
         )
+        if args.decide and (args.memory_only or not args.decide_budget_s > 0):
+            raise CompareInputError("--decide: needs time judged (not --memory-only) and a budget > 0 s")
+        decision = None
+        if args.decide:
+            decision = _decide(args, options)
+            comparison = decision.comparison
+        else:
+            comparison = compare_runs(load_side(args.baseline), load_side(args.current), **options)
     except CompareInputError as exc:
         print(f"dstbench compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if decision is not None:
+        print(decision.text(), end="")
     print(render(comparison, strict=args.strict), end="")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.markdown, render(comparison, strict=args.strict, markdown=True))
     return exit_code(comparison, args.strict)
+
+
+def _decide(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    """`--decide` (`dstbench.gates.decide`); a run folder it cannot add to is unusable input."""
+    from dstbench.gates.decide import decide_inconclusive
+    from dstbench.gates.sides import CompareInputError
+    from dstbench.results.run_folder import RunDirError
+    from dstbench.suite.loading import SuiteError
+
+    try:
+        return decide_inconclusive(Path(args.baseline), Path(args.current), budget_s=args.decide_budget_s,
+                                   say=lambda text: print(text, file=sys.stderr, flush=True), **options)
+    except (SuiteError, RunDirError) as exc:
+        raise CompareInputError(f"--decide: {exc}") from None

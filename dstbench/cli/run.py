@@ -38,6 +38,12 @@ def add_parser(commands: Commands) -> None:
         help="with --resume: a run folder holding lines timed on another machine (host, CPU model, device, torch) "
         "is refused; this times every group holding such a line again here instead",
     )
+    p.add_argument(
+        "--more-processes", type=int, metavar="N",
+        help="with --resume RUN_DIR: time N more process sets of the selected cases (--only, --density; default every "
+        "case) with their density group's references (dense, the suite's reference), interleaved, into RUN_DIR, so their "
+        "intervals narrow (recorded in run.json's added_process_sets)",
+    )
     p.add_argument("--dry-run", action="store_true", help="validate the suite and list the cases it would run; write nothing")
     p.add_argument("--html", metavar="FILE", help="also write the run's HTML report (as `dstbench report --html`)")
     p.add_argument("--markdown", metavar="FILE", help="also write the run's Markdown report")
@@ -180,6 +186,8 @@ def main(args: argparse.Namespace) -> int:
         if given and not args.resume:
             console.print(f"{flag}: only with --resume (a new run has no lines yet)", style="red", highlight=False, markup=False)
             return EXIT_USAGE
+    if args.more_processes is not None:
+        return _more_processes(args, overrides, console)
     selection = dict(out=args.out, device=args.device, resume=args.resume, only=args.only, densities=args.density,
                      overrides=overrides, retry_failed=args.retry_failed, allow_other_machine=args.allow_other_machine)
     try:
@@ -199,3 +207,30 @@ def main(args: argparse.Namespace) -> int:
         report = argparse.Namespace(run_dirs=[run_dir], html=args.html, markdown=args.markdown, reference=None)
         code = max(code, report_main(report))
     return code
+
+
+def _more_processes(args: argparse.Namespace, overrides: dict[str, Any], console: Console) -> int:
+    """`--resume RUN_DIR --more-processes N`: more process sets of the selected cases (`dstbench.execution.more_sets`)."""
+    from pathlib import Path
+
+    from dstbench.execution.more_sets import add_process_sets, selected_cases
+    from dstbench.execution.orchestrator import find_resumed_run_dir
+    from dstbench.results.run_folder import RunDirError
+    from dstbench.suite.loading import SuiteError, load_suite
+
+    wrong = ("--resume RUN_DIR (the run to add to)" if not isinstance(args.resume, str) else
+             "a count >= 1" if args.more_processes < 1 else
+             "no --set, --device, --retry-failed, --dry-run, --html or --markdown (the sets are timed as the run was)"
+             if overrides or args.device or args.retry_failed or args.dry_run or args.html or args.markdown else "")
+    if wrong:
+        console.print(f"--more-processes: needs {wrong}", style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    try:
+        run_dir = find_resumed_run_dir(Path(args.out), load_suite(args.suite), Path(args.suite), args.resume)
+        cases = selected_cases(run_dir, args.only, args.density)
+        added = add_process_sets(run_dir, cases, args.more_processes, say=lambda text: console.print(text, highlight=False, markup=False))
+    except (SuiteError, RunDirError) as exc:
+        console.print(clip(str(exc), 4000), style="red", highlight=False, markup=False)
+        return EXIT_USAGE
+    console.print(f"added {len(added)} process set(s) to {run_dir}", highlight=False, markup=False)
+    return print_run_summary(run_dir, console, (args.only, args.density))

@@ -234,7 +234,8 @@ def compare_time(
     p = beyond_p(change, threshold_pct)
     verdict = TimeVerdict(
         *medians, change.ratio, p, "", basis=basis, ci_low=low, ci_high=high, p_raw=p,
-        covers=f"{base_iv.covers} | {cur_iv.covers}", change=change,
+        covers=f"{base_iv.covers} | {cur_iv.covers}", change=change, sides_se=(base_iv.log_se, cur_iv.log_se),
+        current_units=summaries[1].count,
     )
     if side_contended(base_line, units[0]) or side_contended(cur_line, units[1]):
         verdict.verdict = "inconclusive"

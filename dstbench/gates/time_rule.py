@@ -47,6 +47,8 @@ class TimeVerdict:
     covers: str = ""  # what each side's interval covers, e.g. "2 processes x 5 rounds"
     change: LogChange | None = None  # the change in logs, for the tests
     reference: bool = False  # the time reference of relative gating, judged on its own times
+    sides_se: tuple[float, float] = (math.nan, math.nan)  # each side's log standard error (baseline, current)
+    current_units: int = 0  # the current side's process units (group x set) the change rests on
 
 
 def band(threshold_pct: float) -> tuple[float, float]:
