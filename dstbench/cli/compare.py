@@ -55,8 +55,9 @@ def add_parser(commands: Commands) -> None:
                    help="time the current run's inconclusive cases again, in more process sets (with their references, "
                    "into CURRENT), until their time verdicts are decided or --decide-budget-s is spent; says which stayed "
                    "undecided and why")
-    p.add_argument("--decide-budget-s", type=float, default=600.0, metavar="S",
-                   help="with --decide: the wall time the added process sets may take (default 600)")
+    p.add_argument("--decide-budget-s", type=float, metavar="S",
+                   help="with --decide: the wall time the added process sets may take (default: as long as the current "
+                   "run's own timing took, from its run.json's start to its last case's end)")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown (a pull-request comment)")
     p.set_defaults(func=main)
 
@@ -78,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
             allow_missing=args.allow_missing, accept_machine_shift=args.accept_machine_shift,
             allow_protocol_change=args.allow_protocol_change,
         )
-        if args.decide and (args.memory_only or not args.decide_budget_s > 0):
+        if args.decide and (args.memory_only or (args.decide_budget_s is not None and not args.decide_budget_s > 0)):
             raise CompareInputError("--decide: needs time judged (not --memory-only) and a budget > 0 s")
         decision = None
         if args.decide:
@@ -105,8 +106,13 @@ def _decide(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     from dstbench.results.run_folder import RunDirError
     from dstbench.suite.loading import SuiteError
 
+    from dstbench.execution.more_sets import timing_wall_s
+
+    budget = args.decide_budget_s if args.decide_budget_s is not None else timing_wall_s(Path(args.current))
+    if budget is None:
+        raise CompareInputError(f"--decide: {args.current} does not say how long its run took; give --decide-budget-s")
     try:
-        return decide_inconclusive(Path(args.baseline), Path(args.current), budget_s=args.decide_budget_s,
+        return decide_inconclusive(Path(args.baseline), Path(args.current), budget_s=budget,
                                    say=lambda text: print(text, file=sys.stderr, flush=True), **options)
     except (SuiteError, RunDirError) as exc:
         raise CompareInputError(f"--decide: {exc}") from None

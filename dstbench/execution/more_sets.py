@@ -27,6 +27,7 @@ from dstbench.execution.launchers.base import GroupRun
 from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.resume_machine import other_machine_lines, this_machine
 from dstbench.execution.rounds import _time_process_set, process_shares
+from dstbench.results.record import iter_results
 from dstbench.results.run_folder import RunLock, load_run_meta
 from dstbench.suite.cases import Case
 from dstbench.suite.groups import Group, new_group_id, plan_groups
@@ -45,6 +46,23 @@ class AddedSet:
     cases: list[str]
     wall_s: float
     failed: list[str]  # cases whose line is no longer ok after it
+
+
+def timing_wall_s(run_dir: Path) -> float | None:
+    """How long the run took, from its run.json's `created` to its last line's end (its cases'
+    `started_at` + `duration_s`), added process sets left out; None where the folder does not say."""
+    meta = load_run_meta(run_dir)
+    if isinstance(meta.get("timing_wall_s"), (int, float)):  # kept by the first addition: merged lines end later
+        return float(meta["timing_wall_s"])
+    try:
+        created = dt.datetime.fromisoformat(str(meta["created"]))
+        first_added = min((dt.datetime.fromisoformat(e["at"]) for e in meta.get(ADDED_KEY) or []), default=None)
+        ends = [dt.datetime.fromisoformat(str(line["started_at"])) + dt.timedelta(seconds=float(line["duration_s"]))
+                for line in iter_results(run_dir) if line.get("started_at") and line.get("duration_s") is not None]
+    except (KeyError, TypeError, ValueError):
+        return None
+    ends = [end for end in ends if first_added is None or end <= first_added]
+    return max(1.0, (max(ends) - created).total_seconds()) if ends else None
 
 
 def added_sets(run_dir: Path) -> int:
@@ -101,6 +119,7 @@ def add_process_sets(
     shares = process_shares(suite.timing.segments, suite.timing.processes)
     lock = RunLock()
     lock.acquire(run_dir)
+    wall = timing_wall_s(run_dir)  # before any line ends later
     added: list[AddedSet] = []
     started = time.monotonic()
     try:
@@ -114,7 +133,7 @@ def add_process_sets(
             index += 1
     finally:
         if added:
-            _record(run_dir, added, by)
+            _record(run_dir, added, by, wall)
         lock.release()
     return added
 
@@ -145,8 +164,10 @@ def _time_one_set(
     return AddedSet(group_id, [c.case_id for c in extra.cases], round(time.monotonic() - began, 1), failed)
 
 
-def _record(run_dir: Path, added: list[AddedSet], by: str) -> None:
+def _record(run_dir: Path, added: list[AddedSet], by: str, wall: float | None) -> None:
     meta = load_run_meta(run_dir, required=True)
+    if wall is not None:
+        meta.setdefault("timing_wall_s", round(wall, 1))
     entry = {
         "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by,
         "cases": sorted({c for a in added for c in a.cases}), "groups": [a.group_id for a in added],
