@@ -101,12 +101,11 @@ def main(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     """`--decide` (`dstbench.gates.decide`); a run folder it cannot add to is unusable input."""
+    from dstbench.execution.more_sets import timing_wall_s
     from dstbench.gates.decide import decide_inconclusive
     from dstbench.gates.sides import CompareInputError
     from dstbench.results.run_folder import RunDirError
     from dstbench.suite.loading import SuiteError
-
-    from dstbench.execution.more_sets import timing_wall_s
 
     budget = args.decide_budget_s if args.decide_budget_s is not None else timing_wall_s(Path(args.current))
     if budget is None:

@@ -26,7 +26,7 @@ from dstbench.execution.group_lines import latest_lines, write_group
 from dstbench.execution.launchers.base import GroupRun
 from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.resume_machine import other_machine_lines, this_machine
-from dstbench.execution.rounds import _time_process_set, process_shares
+from dstbench.execution.rounds import time_process_set, process_shares
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import RunLock, load_run_meta
 from dstbench.suite.cases import Case
@@ -155,7 +155,7 @@ def _time_one_set(
     ]
     began = time.monotonic()
     say(f"process set {index} of {', '.join(c.case_id for c in extra.cases)} (rounds {first_round}-{first_round + rounds - 1})")
-    timed = _time_process_set(launcher, extra, group_id, tasks, lambda case: (lambda stage, done, total: None))
+    timed = time_process_set(launcher, extra, group_id, tasks, lambda case: (lambda stage, done, total: None))
     assert timed is not None  # on the CPU a set always fits; on CUDA the group fitted when the run timed it
     for result in timed.results:
         result.groups = [group_id]

@@ -135,7 +135,7 @@ def process_tasks(task: CaseTask) -> list[CaseTask]:
     ]
 
 
-def _time_process_set(
+def time_process_set(
     launcher: Launcher, group: Group, group_id: str, tasks: list[CaseTask], progress_for: Callable[[Case], Progress]
 ) -> TimedGroup | None:
     """Time one process set of a group: fresh processes for its cases, its share of the rounds.
@@ -214,7 +214,7 @@ def _time_group(
         if not members:
             break
         subgroup = Group(group.key, tuple(group.cases[i] for i in members))
-        timed = _time_process_set(launcher, subgroup, group_id, [per_case[i][process] for i in members], progress_for)
+        timed = time_process_set(launcher, subgroup, group_id, [per_case[i][process] for i in members], progress_for)
         if timed is None:
             return None
         device_type = device_type or timed.device_type

@@ -140,11 +140,12 @@ def verdicts(root: Path, record: dict[str, Any]) -> dict[str, dict[str, Any]]:
         comparison = compare_runs(base, side)
         planted = next(c for c in comparison.cases if c.case == PLANTED).time
         assert planted is not None
-        sets = sorted({g for line in side.cases.values() for g in line.get("groups") or []})
+        line = next(x for k, x in side.cases.items() if k[1] == "set")
+        units = set(zip(line.get("segment_group") or [], line.get("segment_process") or []))  # (group, set) pairs
         out[state] = {
             "verdict": planted.verdict, "ratio": round(planted.ratio, 4), "ci": [round(planted.ci_low, 4), round(planted.ci_high, 4)],
             "regressed": [c.case for c in comparison.cases if c.time is not None and c.time.verdict == "regression"],
-            "sets": len(sets),
+            "sets": len(units),
         }
     return out
 
@@ -156,6 +157,31 @@ def binomial(count: int, total: int) -> list[float]:
     low = 0.0 if count == 0 else float(beta.ppf(0.025, count, total - count + 1))
     high = 1.0 if count == total else float(beta.ppf(0.975, count + 1, total - count))
     return [round(low, 3), round(high, 3)]
+
+
+def set_ratios(root: Path) -> dict[str, Any]:
+    """SET / dense per process set (the median of its rounds' ratios), in each baseline's own two
+    sets and its added ones, and in the A/A runs' sets: where the A/A false alarms come from."""
+    import math
+    import statistics
+
+    from dstbench.results.intervals import paired_units
+
+    def per_set(run: Path) -> dict[int, float]:
+        lines = {x["method"]: x for x in map(json.loads, (run / "results.jsonl").read_text().splitlines())}
+        units = paired_units(lines["dense"], lines["set"]).units  # log(dense / set) by (group, set)
+        return {process: math.exp(-statistics.median(v)) for (_, process), v in units.items()}
+
+    own, added = [], []
+    for base in sorted((root / "baselines").glob("power-*/")):
+        ratios = per_set(base)
+        own += [r for p, r in ratios.items() if p < 2]
+        added += [r for p, r in ratios.items() if p >= 2]
+    aa = [r for run in sorted((root / "aa").glob("power-*/")) for r in per_set(run).values()]
+    def summary(values: list[float]) -> dict[str, Any]:
+        return {"sets": len(values), "median": round(statistics.median(values), 3), "min": round(min(values), 3),
+                "max": round(max(values), 3)}
+    return {"baselines_own_sets": summary(own), "baselines_added_sets": summary(added), "aa_runs_sets": summary(aa)}
 
 
 def study_figures(root: Path) -> dict[str, Any]:
@@ -178,12 +204,12 @@ def study_figures(root: Path) -> dict[str, Any]:
             }
     walls = [r["wall_s"] for r in records]
     return {"trials": len(records), "baselines": len({r["baseline"] for r in records}), "table": table,
-            "wall_s_total": round(sum(walls), 1)}
+            "wall_s_total": round(sum(walls), 1), "set_over_dense": set_ratios(root)}
 
 
 def readme(study: dict[str, Any]) -> str:
     """The README's generated part: one row per (condition, state)."""
-    rows = ["| condition | gate | trials | regression [95% CI] | unchanged [95% CI] | inconclusive | any case called regression | median groups (sets) per case |",
+    rows = ["| condition | gate | trials | regression [95% CI] | unchanged [95% CI] | inconclusive | any case called regression | median process sets of SET |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     names = {"plain": "compare", "decide_1x": "--decide, 1x budget (default)", "decide_3x": "--decide, 3x budget"}
     for condition, states in study["table"].items():

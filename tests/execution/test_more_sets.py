@@ -50,3 +50,21 @@ def test_added_sets_join_the_selected_cases_and_their_references(tmp_path: Path,
     assert entry["cases"] == ["dense@1", "rigl@0.5", "set@0.5"] and len(entry["groups"]) == 2
     assert f"added 2 process set(s) to {run_dir}" in capsys.readouterr().err
     assert main(["check", str(run_dir)]) == 0
+
+
+def test_a_runs_timing_wall_is_its_start_to_its_last_cases_end_before_any_added_set(tmp_path: Path) -> None:
+    from dstbench.execution.more_sets import timing_wall_s
+    from tests.gates.synthetic import line, write_run
+
+    run_dir = write_run(tmp_path / "run", [
+        line("dense", 1.0, started_at="2026-01-01T00:00:05+00:00", duration_s=20.0),
+        line("set", 0.5, started_at="2026-01-01T00:00:10+00:00", duration_s=40.5),
+    ])  # run.json: created 2026-01-01T00:00:00
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert timing_wall_s(run_dir) == 50.5
+    # A line merged with an added set ends after the addition: the run's own time leaves it out.
+    added = {"added_process_sets": [{"at": "2026-01-01T00:00:40+00:00"}]}
+    (run_dir / "run.json").write_text(json.dumps({**meta, **added}))
+    assert timing_wall_s(run_dir) == 25.0
+    (run_dir / "run.json").write_text(json.dumps({**meta, **added, "timing_wall_s": 50.5}))
+    assert timing_wall_s(run_dir) == 50.5  # kept by the first addition
