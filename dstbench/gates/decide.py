@@ -87,13 +87,12 @@ def why_not(case: CaseComparison, threshold_pct: float, alpha: float) -> str | N
     assert verdict is not None
     if verdict.reference:
         return "dense, the time reference, judged on its own times: more of its sets measure the machine, not the code"
-    if verdict.why.startswith(("timed under contention", "the runs were timed under different protocols")):
+    if verdict.why.startswith(("timed under contention", "timed under different protocols")):
         return f"{verdict.why}: more process sets do not change that"
-    if "different protocols" in verdict.why:
-        return verdict.why
     if sets_needed(verdict, threshold_pct, alpha) is None:
         change = verdict.change
-        if change is not None and abs(change.log_ratio - math.log(band(threshold_pct)[1])) < 1e-4:
+        edges = [math.log(edge) for edge in band(threshold_pct) if edge > 0]
+        if change is not None and min(abs(change.log_ratio - edge) for edge in edges) < 1e-4:
             return "its change sits on the band's edge: no number of samples decides it"
         return ("the baseline's own interval is too wide to decide it whatever the current run adds: time the baseline "
                 "with more process sets (dstbench run --resume BASELINE --more-processes N, from the baseline's code)")
