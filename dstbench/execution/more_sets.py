@@ -70,16 +70,14 @@ def added_sets(run_dir: Path) -> int:
     return sum(len(entry.get("groups") or []) for entry in load_run_meta(run_dir).get(ADDED_KEY) or [])
 
 
-def groups_for(run_dir: Path, case_ids: list[str]) -> list[Group]:
+def groups_for(run_dir: Path, suite: Any, lines: dict[str, dict[str, Any]], case_ids: list[str]) -> list[Group]:
     """For each density group holding one of `case_ids` (case keys, or case ids: every timed seed
     of theirs): those cases with the group's references
     (dense, the suite's reference), in the group's order; `SuiteError` for a case the run has no
-    ok line of, or a run whose launcher does not interleave."""
-    suite = load_suite(run_dir / SUITE_FILE)
+    ok line of, or a run that was not timed interleaved. `suite`, `lines`: the run's, as read."""
     if not suite.timing.interleave or suite.mode == "accuracy":
         raise SuiteError(str(run_dir / SUITE_FILE), [("--more-processes", "needs a timed run (mode speed or both) with "
                                                        "interleaved timing (timing.interleave: true)")])
-    lines = latest_lines(run_dir, suite)
     key = run_line_key(suite)
     ok = {key(line) for line in lines.values() if line.get("status") == "ok"}
     planned = [c for c in expand_cases(suite) if c.timed]
@@ -109,9 +107,9 @@ def add_process_sets(
     launcher = launcher or make_launcher(suite.launcher)
     if not launcher.interleaves:
         raise SuiteError(str(run_dir / SUITE_FILE), [("--more-processes", f"launcher {suite.launcher.name} does not interleave")])
-    groups = groups_for(run_dir, case_ids)
-    here = this_machine(suite.device)
     lines = latest_lines(run_dir, suite)
+    groups = groups_for(run_dir, suite, lines, case_ids)
+    here = this_machine(suite.device)
     foreign = other_machine_lines({k: lines[k] for g in groups for k in (c.key for c in g.cases)}, here)
     if foreign:
         raise SuiteError(str(run_dir), [("--more-processes", f"lines timed on another machine ({', '.join(sorted(foreign))}): "

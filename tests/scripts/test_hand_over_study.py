@@ -3,29 +3,19 @@ docs/concepts/interleaving.md) are what the study script computes from the commi
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts.study_scripts import ROOT, flat, load_study_script
+
 STUDY = ROOT / "reports" / "studies" / "hand_over"
-
-
-def flat(path: Path) -> str:
-    return re.sub(r"\s+", " ", path.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
 def study() -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("hand_over_study", ROOT / "scripts" / "studies" / "hand_over.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.study_figures(STUDY / "runs")
+    return load_study_script("hand_over").study_figures(STUDY / "runs")
 
 
 def test_the_committed_study_json_is_the_runs(study: dict[str, Any]) -> None:

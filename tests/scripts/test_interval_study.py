@@ -4,30 +4,20 @@ committed runs: recomputed here with the study script's own functions."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts.study_scripts import ROOT, flat, load_study_script
+
 RUNS = ROOT / "reports" / "studies" / "intervals" / "runs"
 STUDY = json.loads((ROOT / "reports" / "studies" / "intervals" / "study.json").read_text())
 
 
-def flat(path: str) -> str:
-    return re.sub(r"\s+", " ", (ROOT / path).read_text(encoding="utf-8"))
-
-
 @pytest.fixture(scope="module")
 def study_script() -> Any:
-    spec = importlib.util.spec_from_file_location("interval_study", ROOT / "scripts" / "studies" / "intervals.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_study_script("intervals")
 
 
 @pytest.fixture(scope="module")

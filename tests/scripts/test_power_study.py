@@ -4,29 +4,19 @@ computes from the committed runs with today's `compare`."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts.study_scripts import ROOT, flat, load_study_script
+
 STUDY = ROOT / "reports" / "studies" / "power"
-
-
-def flat(path: Path) -> str:
-    return re.sub(r"\s+", " ", path.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
 def script() -> Any:
-    spec = importlib.util.spec_from_file_location("power_study", ROOT / "scripts" / "studies" / "power.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_study_script("power")
 
 
 @pytest.fixture(scope="module")
