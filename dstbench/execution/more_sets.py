@@ -30,7 +30,7 @@ from dstbench.execution.rounds import time_process_set, process_shares
 from dstbench.results.record import iter_results
 from dstbench.results.run_folder import RunLock, load_run_meta
 from dstbench.suite.cases import Case
-from dstbench.suite.groups import Group, new_group_id, plan_groups
+from dstbench.suite.groups import Group, added_set_key, new_group_id, plan_groups
 from dstbench.suite.loading import SuiteError, load_suite
 from dstbench.suite.plan import expand_cases, point_suite, run_line_key
 from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
@@ -141,7 +141,7 @@ def _time_one_set(
     say: Callable[[str], None],
 ) -> AddedSet:
     first_round, rounds = share
-    extra = Group(f"{group.key}+set{index}", group.cases)
+    extra = Group(added_set_key(group.key, index), group.cases)
     group_id = new_group_id(extra.key)
     # The suite file the run came from, where it still is: a case process finds `plugins:` beside it.
     source = Path(str(load_run_meta(run_dir).get("suite_path") or ""))

@@ -45,19 +45,17 @@ from typing import Any
 import numpy as np
 
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from dstbench.measure.trackers.noise import CONTENDED_FRACTION
-from dstbench.results.derive import contended_in_a_group, noise_level
+from dstbench.results.derive import noise_level
 from dstbench.gates.sides import (
-    CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, one_process_set, protocol_differences,
+    CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, protocol_differences,
     several_seeds,
 )
-from dstbench.gates.time_rule import DECIDED, ReferenceShift, TimeVerdict, beyond_p, decide, interval_level, reference_shifts
+from dstbench.gates.time_compare import case_basis, is_contended, time_verdicts
+from dstbench.gates.time_rule import ReferenceShift, TimeVerdict, reference_shifts
 from dstbench.gates.top1_compare import Top1Verdict, compare_top1, setups_differ_in_seed_only
-from dstbench.results.intervals import (
-    BetweenProcesses, UnitSamples, holm, interval, judged_units, log_change, paired_units, pool_between, sample_units,
-    summarize,
-)
 from dstbench.results.record import report_columns, segment_samples
+
+__all__ = ["CaseComparison", "Comparison", "CompareInputError", "MemoryVerdict", "case_basis", "compare_runs", "exit_code"]
 
 # Memory figures gated, in table order. The allocator peak exists only on CUDA runs.
 MEMORY_METRICS = report_columns("bytes")  # the fields the trackers declare with a `bytes` column
@@ -156,103 +154,6 @@ class Comparison:
         return [c for c in self.cases if c.inconclusive and not c.regressions]
 
 
-TIME_BASES = ("auto", "relative", "absolute")
-
-
-def case_basis(baseline: Side, current: Side, key: Key, requested: str) -> str:
-    """The basis a case is judged on: `requested`, or under "auto" relative where both runs timed
-    it in rounds beside their dense (dense itself too: the reference, which `time_verdicts` judges on
-    its own times), else absolute (lines from runs without interleaving, or without dense)."""
-    if requested != "auto":
-        return requested
-
-    def pairs(side: Side, case: Key) -> bool:
-        dense = dense_line(side, case)
-        return dense is not None and paired_units(side.cases[case], dense, drop_starved=False).paired > 0
-
-    if pairs(baseline, key) and pairs(current, key):
-        return "relative"
-    is_dense = key[1] == "dense" or baseline.cases[key].get("kind") == "dense"
-    # Dense is the reference of the cases gated relative to it; with none, an ordinary absolute case.
-    others = [k for k in baseline.cases if k[0] == key[0] and k[3] == key[3] and k != key and k in current.cases]
-    return "relative" if is_dense and any(pairs(baseline, k) and pairs(current, k) for k in others) else "absolute"
-
-
-def dense_line(side: Side, key: Key) -> dict[str, Any] | None:
-    """The run's dense line with the same suite hash and seed as `key` (None for dense itself or none)."""
-    for (suite_hash, method, _, seed), line in side.cases.items():
-        if suite_hash == key[0] and seed == key[3] and (line.get("kind") == "dense" or method == "dense"):
-            return None if line is side.cases[key] else line
-    return None
-
-
-def time_units(side: Side, key: Key, basis: str) -> UnitSamples | None:
-    """log(case ms / dense ms) per round (relative) or log(case ms) per segment (absolute), by
-    process unit; None where the basis does not apply (dense itself, relative; no dense line)."""
-    line = side.cases[key]
-    if basis == "relative":
-        dense = dense_line(side, key)
-        return None if dense is None else judged_units(lambda drop: paired_units(line, dense, drop))
-    return judged_units(lambda drop: sample_units(line, drop))
-
-
-def side_between(side: Side, basis: str) -> BetweenProcesses:
-    """The run's between-process variance on this basis, pooled over its ok cases."""
-    return pool_between(
-        summarize(units) for key, line in side.cases.items()
-        if line.get("status") == "ok" and (units := time_units(side, key, basis)) is not None
-    )
-
-
-def side_contended(line: dict[str, Any], units: UnitSamples | None) -> bool:
-    """The case was contended (in any group), or a quarter of the rounds it is judged on were."""
-    starved = units is not None and units.paired and units.starved >= CONTENDED_FRACTION * units.paired
-    return is_contended(line) or contended_in_a_group(line) or bool(starved)
-
-
-def compare_time(
-    base: Side, cur: Side, key: Key, basis: str, between: tuple[BetweenProcesses, BetweenProcesses], alpha: float,
-    threshold_pct: float,
-) -> TimeVerdict | None:
-    """The change of a case's time between the runs with its (1 - 2 alpha) interval and the raw p of
-    the test against the band's edge, before the verdict (`decide`); None without samples to judge
-    on either side, or, relative, without a dense."""
-    base_line, cur_line = base.cases[key], cur.cases[key]
-    base_ms, cur_ms = segment_samples(base_line.get("segment_ms")), segment_samples(cur_line.get("segment_ms"))
-    if not base_ms or not cur_ms:
-        return None
-    medians = float(np.median(base_ms)), float(np.median(cur_ms))
-    units = time_units(base, key, basis), time_units(cur, key, basis)
-    if basis == "relative" and (units[0] is None or units[1] is None):
-        return None
-    summaries = [summarize(u) if u is not None else None for u in units]
-    if summaries[0] is None or summaries[1] is None:
-        return TimeVerdict(*medians, math.nan, math.nan, "inconclusive", basis=basis, why="too few samples for an interval")
-    base_iv, cur_iv = (interval(s, b) for s, b in zip(summaries, between))
-    change = log_change(base_iv, cur_iv)
-    low, high = change.interval(interval_level(alpha))
-    p = beyond_p(change, threshold_pct)
-    verdict = TimeVerdict(
-        *medians, change.ratio, p, "", basis=basis, ci_low=low, ci_high=high, p_raw=p,
-        covers=f"{base_iv.covers} | {cur_iv.covers}", change=change, sides_se=(base_iv.log_se, cur_iv.log_se),
-        current_units=summaries[1].count,
-    )
-    if side_contended(base_line, units[0]) or side_contended(cur_line, units[1]):
-        verdict.verdict = "inconclusive"
-        verdict.why = "timed under contention: the change is not attributed"
-    return verdict
-
-
-def is_reference(side: Side, key: Key) -> bool:
-    """Dense, the time reference of relative gating (no dense line besides itself)."""
-    return dense_line(side, key) is None and (key[1] == "dense" or side.cases[key].get("kind") == "dense")
-
-
-def is_contended(line: dict[str, Any]) -> bool:
-    noise = line.get("noise")
-    return isinstance(noise, dict) and bool(noise.get("contended"))
-
-
 def noise_notes(base: dict[str, Any], cur: dict[str, Any]) -> list[str]:
     """Why a side's time is less trustworthy: its samples spread widely, or it was contended."""
     notes = []
@@ -304,55 +205,6 @@ def compare_case(
         elif field != "peak_memory_bytes" and (base.get(field) is None) != (cur.get(field) is None):
             result.notes.append(f"{label} bytes measured on one side only")
     return result
-
-
-def time_verdicts(
-    baseline: Side, current: Side, keys: list[Key], *, basis: str, threshold_pct: float, alpha: float,
-    protocol_change: str = "",
-) -> tuple[dict[Key, TimeVerdict], dict[Key, float]]:
-    """Every gated case's time verdict, p-values Holm-adjusted over the cases with a test, and each
-    case's own change of time (absolute basis, current / baseline) for `reference_shifts`. Under the
-    relative basis dense, the reference, is judged on its own times. `protocol_change`: the sides
-    were timed under different protocols, so every verdict is inconclusive, saying this."""
-    pooled = {b: (side_between(baseline, b), side_between(current, b)) for b in ("relative", "absolute")}
-    verdicts: dict[Key, TimeVerdict] = {}
-    own: dict[Key, float] = {}
-    for key in keys:
-        if not baseline.cases[key].get("status") == "ok" == current.cases[key].get("status"):
-            continue
-        case = case_basis(baseline, current, key, basis)
-        reference = case == "relative" and is_reference(baseline, key)
-        verdict = compare_time(baseline, current, key, "absolute" if reference else case,
-                               pooled["absolute" if reference else case], alpha, threshold_pct)
-        absolute = verdict if verdict is None or verdict.basis == "absolute" else compare_time(
-            baseline, current, key, "absolute", pooled["absolute"], alpha, threshold_pct)
-        if absolute is not None and math.isfinite(absolute.ratio):
-            own[key] = absolute.ratio
-        if verdict is None:
-            continue
-        verdict.reference = reference
-        if reference:
-            verdict.note = "the reference of relative gating, judged on its own times"
-        if protocol_change:
-            verdict.verdict, verdict.why = "inconclusive", f"timed under different protocols ({protocol_change})"
-        verdicts[key] = verdict
-    tested = [k for k, v in verdicts.items() if math.isfinite(v.p_raw)]
-    for key, adjusted in zip(tested, holm([verdicts[k].p_raw for k in tested])):
-        verdicts[key].p_value = adjusted
-    for verdict in verdicts.values():
-        decide(verdict, threshold_pct, alpha)
-    one_set = [label for label, side in (("baseline", baseline), ("current", current)) if one_process_set(side)]
-    for verdict in verdicts.values():
-        if math.isfinite(verdict.p_raw) and not all(b.seen for b in pooled[verdict.basis]):
-            verdict.note = "; ".join(n for n in (verdict.note, "within one process on a side: process offsets unseen") if n)
-            if one_set and verdict.verdict in (*DECIDED, "unchanged"):
-                # The spread within one process is about half the spread between two runs of a
-                # suite (the A/A studies): an interval that narrow decides nothing, either way.
-                verdict.verdict = "inconclusive"
-                verdict.why = (f"the {' and '.join(one_set)} side timed each case in one process set, so its interval "
-                               "holds the spread within one process only: time it with timing.processes >= 2")
-    return verdicts, own
-
 
 
 def _hashes(side: Side) -> str:

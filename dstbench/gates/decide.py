@@ -2,19 +2,25 @@
 more process sets, until the data decide them or a time budget is spent.
 
 An inconclusive time verdict (`dstbench.gates.time_rule`) says its interval reaches past an edge of
-the band. The interval of a change combines both runs' standard errors, se^2 = se_b^2 + se_c^2, and
-the current run's shrinks as one over its process units (`dstbench.results.intervals`). So:
+the band. The interval of a change combines both runs' standard errors, se^2 = se_b^2 + se_c^2. The
+current run's is its session's offset f (`dstbench.results.sessions`: sets added now are timed in
+the same session) plus a part that shrinks as one over its process units
+(`dstbench.results.intervals`). So:
 
 - a change whose estimate lies a margin m from the nearest band edge (in logs) is decided once
-  t x se < m (t: the one-sided quantile at alpha); it needs se_c^2 <= (m / t)^2 - se_b^2;
-- if the baseline's own se_b already exceeds m / z (z: the normal quantile, the t quantile of
-  unbounded degrees of freedom), no number of current sets decides it: the
-  baseline needs more process sets (`dstbench run --resume BASELINE --more-processes N` from the
-  baseline's own code), and the case is left undecided, saying so;
-- else the current run needs about units x se_c^2 / that many units: the difference is added
-  (`dstbench.execution.more_sets`, at most `MAX_STEP` sets per step, since the estimate moves as
-  samples come in), the runs are compared again, and so on.
+  t x se < m (t: the one-sided quantile at alpha); it needs se_c^2 - f <= (m / t)^2 - se_b^2 - f;
+- if se_b^2 + f already exceeds (m / t_l)^2 (t_l: the quantile at the degrees of freedom of
+  se_b^2 + f, what unbounded current sets leave), no number of current sets decides it: the case is left undecided, saying
+  whether the baseline's interval (more process sets for it, in other sittings) or the spread
+  between sessions (no one run can) stands in the way;
+- else the current run needs about units x (se_c^2 - f) / that many units: the difference is
+  added (`dstbench.execution.more_sets`, at most `MAX_STEP` sets per step, since the estimate moves
+  as samples come in), the runs are compared again, and so on.
 
+Only where the spread between sessions is seen, that is where the baseline was timed in two
+sittings or more: otherwise sets added in one sitting narrow an interval that does not cover what a
+run timed at another time draws (the power study's A/A pairs read regression 1-3 times in 10 so),
+and the case is left undecided, saying how to time the baseline.
 Not decided here, each with its reason: a side timed under contention (more sets on a busy machine
 measure the machine), runs timed under different protocols, and dense, the time reference of
 relative gating, judged on its own times (more of its sets measure the machine's speed, not the
@@ -38,6 +44,8 @@ from dstbench.gates.time_rule import TimeVerdict, band
 
 MAX_STEP = 4  # process sets added per step, before the runs are compared again
 MAX_ROUNDS = 6  # steps at most
+MORE_SESSIONS = ("give the baseline more process sets in other sittings, minutes apart (dstbench run --resume BASELINE "
+                 "--more-processes N, from the baseline's code; each sitting is a session)")
 
 
 @dataclasses.dataclass
@@ -71,13 +79,15 @@ def sets_needed(verdict: TimeVerdict, threshold_pct: float, alpha: float) -> int
     low, high = band(threshold_pct)
     edges = [math.log(high)] + ([math.log(low)] if low > 0 else [])
     margin = min(abs(change.log_ratio - edge) for edge in edges)
-    # Whether any current sets could decide it: at best the degrees of freedom grow without bound.
-    if margin < 1e-4 or (margin / float(stats.norm.ppf(1 - alpha))) ** 2 <= se_b**2:
+    # What more sets in this session leave: the baseline's variance and the session's offset.
+    kept = se_b**2 + verdict.current_floor
+    # Whether any current sets could decide it: at best with the degrees of freedom of what they leave.
+    if margin < 1e-4 or (margin / float(stats.t.ppf(1 - alpha, verdict.limit_df))) ** 2 <= kept:
         return None
-    allowed = (margin / float(stats.t.ppf(1 - alpha, max(change.df, 1.0)))) ** 2 - se_b**2
+    allowed = (margin / float(stats.t.ppf(1 - alpha, max(change.df, 1.0)))) ** 2 - kept
     if allowed <= 0:  # not at today's degrees of freedom: as many sets again as it has, then look again
         return verdict.current_units
-    units = verdict.current_units * se_c**2 / allowed
+    units = verdict.current_units * max(0.0, se_c**2 - verdict.current_floor) / allowed
     return max(1, math.ceil(units - verdict.current_units))
 
 
@@ -89,13 +99,20 @@ def why_not(case: CaseComparison, threshold_pct: float, alpha: float) -> str | N
         return "dense, the time reference, judged on its own times: more of its sets measure the machine, not the code"
     if verdict.why.startswith(("timed under contention", "timed under different protocols")):
         return f"{verdict.why}: more process sets do not change that"
+    if not verdict.sessions_seen:
+        return ("the spread between sessions is not seen (each run was timed in one sitting), so sets added now would "
+                f"narrow the interval without covering it: {MORE_SESSIONS}")
     if sets_needed(verdict, threshold_pct, alpha) is None:
         change = verdict.change
         edges = [math.log(edge) for edge in band(threshold_pct) if edge > 0]
         if change is not None and min(abs(change.log_ratio - edge) for edge in edges) < 1e-4:
             return "its change sits on the band's edge: no number of samples decides it"
-        return ("the baseline's own interval is too wide to decide it whatever the current run adds: time the baseline "
-                "with more process sets (dstbench run --resume BASELINE --more-processes N, from the baseline's code)")
+        se_b = verdict.sides_se[0]
+        if se_b**2 >= verdict.current_floor:
+            return ("the baseline's own interval is too wide to decide it whatever the current run adds: "
+                    f"{MORE_SESSIONS}")
+        return (f"the spread between sessions (sd {math.sqrt(verdict.current_floor):.1%} in logs for the current run's one "
+                "session) is too wide for its change to be decided by one run, whatever it adds")
     return None
 
 

@@ -49,6 +49,12 @@ class TimeVerdict:
     reference: bool = False  # the time reference of relative gating, judged on its own times
     sides_se: tuple[float, float] = (math.nan, math.nan)  # each side's log standard error (baseline, current)
     current_units: int = 0  # the current side's process units (group x set) the change rests on
+    # Whether the spread between sessions is in the interval (`dstbench.results.sessions`), and the
+    # part of the current side's log variance that it is: more sets in the same session keep it.
+    sessions_seen: bool = False
+    current_floor: float = 0.0
+    # The degrees of freedom of what more current sets leave (the baseline's variance and that floor).
+    limit_df: float = math.inf
 
 
 def band(threshold_pct: float) -> tuple[float, float]:

@@ -19,6 +19,12 @@ offsets are the machine's, not the method's. The interval is exp(estimate +- t *
 w) / U)), with Satterthwaite's degrees of freedom. With one unit per case no run can see sigma_b:
 the interval is then the within-process one and says so (`covers`).
 
+Sessions. Units timed one after another share the machine's state of those minutes, which a
+run timed later draws anew: y[s, u, r] = mu + c[s] + b[u] + e[u, r], c ~ (0, sigma_c^2) per session
+(`dstbench.results.sessions` groups a line's units into sessions by time and pools sigma_c^2; b is
+then estimated within sessions). Where it is seen, an estimate's variance gains sigma_c^2 x
+sum(n_s^2) / U^2 (n_s units of U in session s): sets added within one session do not shrink it.
+
 Rounds in which either side was starved (`noise.starved`) are left out of a paired ratio, whatever
 the case-level contention rule says (`paired_units`).
 """
@@ -139,12 +145,15 @@ def judged_units(units: Callable[[bool], UnitSamples]) -> UnitSamples:
 
 @dataclasses.dataclass
 class UnitSummary:
-    """One comparison's units: their medians, the within-unit variance of a median (w) and its df."""
+    """One comparison's units: their medians, the within-unit variance of a median (w) and its df;
+    the units' keys, and the session of each (`dstbench.results.sessions`: all 0 until assigned)."""
 
     medians: list[float]
     within: float
     within_df: int
     rounds: int
+    keys: list[Unit] = dataclasses.field(default_factory=list)
+    sessions: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -154,10 +163,26 @@ class UnitSummary:
     def estimate(self) -> float:
         return float(np.mean(self.medians))
 
+    def by_session(self) -> list[list[float]]:
+        """The medians grouped by session (one group when none were assigned)."""
+        if len(self.sessions) != len(self.medians):
+            return [list(self.medians)]
+        groups: dict[int, list[float]] = {}
+        for median, session in zip(self.medians, self.sessions):
+            groups.setdefault(session, []).append(median)
+        return list(groups.values())
+
+    @property
+    def session_share(self) -> float:
+        """How much of one session's offset the estimate (a mean over units) carries: sum(n_s^2) / U^2,
+        1 with one session, 1/S with S equal sessions."""
+        return sum(len(g) ** 2 for g in self.by_session()) / self.count**2 if self.count else 1.0
+
 
 def summarize(samples: UnitSamples) -> UnitSummary | None:
     """The units' medians and w; None without a unit of at least two rounds (no spread to see)."""
-    units = [v for v in samples.units.values() if v]
+    keys = [k for k, v in samples.units.items() if v]
+    units = [samples.units[k] for k in keys]
     if not units:
         return None
     squares = sum(float(np.sum((np.asarray(v) - np.median(v)) ** 2)) for v in units)
@@ -166,7 +191,8 @@ def summarize(samples: UnitSamples) -> UnitSummary | None:
         return None
     per_round = squares / df
     n = float(np.mean([len(v) for v in units]))
-    return UnitSummary([float(np.median(v)) for v in units], MEDIAN_EFFICIENCY * per_round / n, df, sum(map(len, units)))
+    return UnitSummary([float(np.median(v)) for v in units], MEDIAN_EFFICIENCY * per_round / n, df, sum(map(len, units)),
+                       keys, [0] * len(keys))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,14 +208,19 @@ class BetweenProcesses:
 
 
 def pool_between(summaries: Iterable[UnitSummary | None]) -> BetweenProcesses:
-    """The between-process variance from every comparison with two or more units."""
+    """The between-process variance from every comparison with two or more units (of one session:
+    the spread of units within their sessions, where a comparison's units span several)."""
     excess, df = 0.0, 0
     for s in summaries:
-        if s is None or s.count < 2:
+        if s is None:
             continue
-        spread = float(np.var(s.medians, ddof=1))
-        excess += (s.count - 1) * (spread - s.within)
-        df += s.count - 1
+        groups = [g for g in s.by_session() if len(g) >= 2]
+        count = sum(len(g) - 1 for g in groups)
+        if not count:
+            continue
+        spread = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in groups) / count
+        excess += count * (spread - s.within)
+        df += count
     return BetweenProcesses(max(0.0, excess / df), df) if df else BetweenProcesses()
 
 
@@ -207,33 +238,55 @@ class Interval:
     covers: str
 
 
-def covers_text(units: int, rounds: int, between: BetweenProcesses) -> str:
-    """"2 processes x 5 rounds" or "1 process x 10 rounds, within one process"."""
+@dataclasses.dataclass(frozen=True)
+class BetweenSessions:
+    """The variance of a session's offset (`dstbench.results.sessions`) and its degrees of freedom
+    (0: not seen, and then no part of an interval)."""
+
+    variance: float = 0.0
+    df: int = 0
+
+    @property
+    def seen(self) -> bool:
+        return self.df > 0
+
+
+def covers_text(units: int, rounds: int, between: BetweenProcesses, sessions: int = 0) -> str:
+    """"2 processes x 5 rounds" or "1 process x 10 rounds, within one process"; with `sessions`
+    (the session spread part of the interval), ", 3 sessions"."""
     per = round(rounds / units) if units else 0
     text = f"{units} process{'es' if units != 1 else ''} x {per} rounds"
-    return text if between.seen else f"{text}, within one process"
+    text = text if between.seen else f"{text}, within one process"
+    return f"{text}, {sessions} session{'s' if sessions != 1 else ''}" if sessions else text
 
 
-def log_variance(summary: UnitSummary, between: BetweenProcesses) -> tuple[float, float]:
+def log_variance(
+    summary: UnitSummary, between: BetweenProcesses, sessions: BetweenSessions = BetweenSessions()
+) -> tuple[float, float]:
     """(variance of the log estimate, its Satterthwaite degrees of freedom)."""
     between_part = between.variance / summary.count if between.seen else 0.0
     within_part = summary.within / summary.count
-    variance = between_part + within_part
+    session_part = sessions.variance * summary.session_share if sessions.seen else 0.0
+    variance = between_part + within_part + session_part
     if variance <= 0:
         return 0.0, float(summary.within_df)
-    denominator = within_part**2 / summary.within_df + (between_part**2 / between.df if between.seen else 0.0)
+    denominator = (within_part**2 / summary.within_df + (between_part**2 / between.df if between.seen else 0.0)
+                   + (session_part**2 / sessions.df if sessions.seen else 0.0))
     return variance, variance**2 / denominator if denominator > 0 else float(summary.within_df)
 
 
-def interval(summary: UnitSummary, between: BetweenProcesses, level: float = LEVEL) -> Interval:
-    """The estimate of `summary` with its `level` interval (see the module docstring)."""
-    variance, df = log_variance(summary, between)
+def interval(
+    summary: UnitSummary, between: BetweenProcesses, level: float = LEVEL, sessions: BetweenSessions = BetweenSessions()
+) -> Interval:
+    """The estimate of `summary` with its `level` interval (see the module docstring); with
+    `sessions` seen, the spread between sessions is part of it."""
+    variance, df = log_variance(summary, between, sessions)
     se = math.sqrt(variance)
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     centre = summary.estimate
     return Interval(
         math.exp(centre), math.exp(centre - half), math.exp(centre + half), se, df, summary.count, summary.rounds,
-        covers_text(summary.count, summary.rounds, between),
+        covers_text(summary.count, summary.rounds, between, len(summary.by_session()) if sessions.seen else 0),
     )
 
 

@@ -53,6 +53,20 @@ def base_key(group_id: str) -> str:
     return head.rsplit("#", 1)[0] if "#" in head else head
 
 
+ADDED_SET = "+set"
+
+
+def added_set_key(key: str, index: int) -> str:
+    """The key of process set `index` added to a planned group after its run
+    (`dstbench.execution.more_sets`): "d=0.5+set3", a key no planned group has."""
+    return f"{key}{ADDED_SET}{index}"
+
+
+def is_added_set(group_id: str) -> bool:
+    """Whether a group id is a process set added after its run (`added_set_key`)."""
+    return ADDED_SET in group_id.rsplit("#", 1)[0]
+
+
 def new_group_id(key: str) -> str:
     return f"{key}#{secrets.token_hex(3)}"
 

@@ -74,15 +74,34 @@ def _new_run(suite: Path, out: Path) -> Path:
     return made[0]
 
 
+def _timing_end(run_dir: Path) -> float:
+    """When the run's last timed segment ended (Unix seconds)."""
+    ends = [start + ms / 1000.0 for line in _read(run_dir / "results.jsonl")
+            for start, ms in zip(line.get("segment_start_s") or [], line.get("segment_ms") or [])]
+    return max(ends, default=0.0)
+
+
+def build_baselines(out: Path, count: int, sittings: int, sets: int, gap_s: float) -> list[Path]:
+    """`count` baselines, each timed in `sittings` sittings (its own run, then `sets` more process sets
+    per sitting), round-robin, a baseline's sittings at least `gap_s` apart: each its own session."""
+    baselines = sorted(out.glob("power-*/")) if out.is_dir() else []
+    while len(baselines) < count:
+        baselines.append(_new_run(SUITE, out))
+        print(f"baseline {baselines[-1].name}: sitting 1", flush=True)
+    for sitting in range(2, sittings + 1):
+        for base in baselines:
+            meta = json.loads((base / "run.json").read_text())
+            if len(meta.get("added_process_sets") or []) >= sitting - 1:
+                continue
+            time.sleep(max(0.0, _timing_end(base) + gap_s - time.time()))
+            _dstbench("run", str(SUITE), "--resume", str(base), "--more-processes", str(sets), "--out", str(out))
+            print(f"baseline {base.name}: sitting {sitting}", flush=True)
+    return baselines
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    baselines_dir = out / "baselines"
-    baselines = sorted(baselines_dir.glob("power-*/")) if baselines_dir.is_dir() else []
-    while len(baselines) < args.baselines:
-        base = _new_run(SUITE, baselines_dir)
-        _dstbench("run", str(SUITE), "--resume", str(base), "--more-processes", str(args.baseline_sets), "--out", str(baselines_dir))
-        baselines.append(base)
-        print(f"baseline {base.name}", flush=True)
+    baselines = build_baselines(out / "baselines", args.baselines, args.sittings, args.sitting_sets, args.sitting_gap_s)
     records = out / "trials.jsonl"
     done = {(r["trial"], r["condition"]) for r in _read(records)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,29 +178,67 @@ def binomial(count: int, total: int) -> list[float]:
     return [round(low, 3), round(high, 3)]
 
 
-def set_ratios(root: Path) -> dict[str, Any]:
-    """SET / dense per process set (the median of its rounds' ratios), in each baseline's own two
-    sets and its added ones, and in the A/A runs' sets: where the A/A false alarms come from."""
-    import math
+def _set_logs(line_of: dict[str, Any], method: str) -> dict[int, float]:
+    """log(method / dense) per process set of a run (the median of its rounds' ratios)."""
     import statistics
 
     from dstbench.results.intervals import paired_units
 
-    def per_set(run: Path) -> dict[int, float]:
-        lines = {x["method"]: x for x in map(json.loads, (run / "results.jsonl").read_text().splitlines())}
-        units = paired_units(lines["dense"], lines["set"]).units  # log(dense / set) by (group, set)
-        return {process: math.exp(-statistics.median(v)) for (_, process), v in units.items()}
+    units = paired_units(line_of["dense"], line_of[method]).units  # log(dense / method) by (group, set)
+    return {process: -statistics.median(v) for (_, process), v in units.items() if v}
 
-    own, added = [], []
+
+def _lines(run: Path) -> dict[str, Any]:
+    return {x["method"]: x for x in _read(run / "results.jsonl")}
+
+
+def session_figures(root: Path) -> dict[str, Any]:
+    """Where the spread between sessions shows, on the ratio of a case to dense (logs):
+
+    - `runs`: the plain current runs (two process sets each, timed minutes apart): the sd of a run's
+      own offset beyond what its sets' spread predicts (one-way random effects), RigL in every
+      condition (it is never planted) and SET in the A/A runs;
+    - `added_right_after`: in the `--decide` copies, the sets added right after a run against its
+      own two: their mean difference (as a ratio), its sd and count;
+    - `gate`: what `compare` estimates from each baseline's sittings (`dstbench.results.sessions`)."""
+    import math
+    import statistics
+
+    from dstbench.gates.sides import load_side
+    from dstbench.gates.time_compare import runs_sessions, side_between
+
+    def random_effects(groups: list[list[float]]) -> dict[str, Any]:
+        n = [len(g) for g in groups]
+        within = sum((x - statistics.mean(g)) ** 2 for g in groups for x in g) / (sum(n) - len(groups))
+        means, grand = [statistics.mean(g) for g in groups], statistics.mean(x for g in groups for x in g)
+        between = sum(k * (m - grand) ** 2 for k, m in zip(n, means)) / (len(groups) - 1)
+        return {"runs": len(groups), "sd_sets": round(math.sqrt(within), 4),
+                "sd_run": round(math.sqrt(max(0.0, (between - within) / statistics.mean(n))), 4)}
+
+    records = _read(root / "trials.jsonl")
+    runs: dict[str, list[list[float]]] = {"rigl": [], "set": []}
+    added: dict[str, list[float]] = {"rigl": [], "set": []}
+    for record in records:
+        for method in ("rigl", "set") if record["condition"] == "aa" else ("rigl",):
+            own = _set_logs(_lines(root / record["current"]), method)
+            if len(own) >= 2:
+                runs[method].append(list(own.values()))
+            lines = _lines(root / record["decided"])
+            logs = _set_logs(lines, method) if method in lines else {}
+            later = [v for p, v in logs.items() if p >= 2]
+            if later and len(own) >= 2:
+                added[method].append(statistics.mean(later) - statistics.mean(own.values()))
+    gate = []
     for base in sorted((root / "baselines").glob("power-*/")):
-        ratios = per_set(base)
-        own += [r for p, r in ratios.items() if p < 2]
-        added += [r for p, r in ratios.items() if p >= 2]
-    aa = [r for run in sorted((root / "aa").glob("power-*/")) for r in per_set(run).values()]
-    def summary(values: list[float]) -> dict[str, Any]:
-        return {"sets": len(values), "median": round(statistics.median(values), 3), "min": round(min(values), 3),
-                "max": round(max(values), 3)}
-    return {"baselines_own_sets": summary(own), "baselines_added_sets": summary(added), "aa_runs_sets": summary(aa)}
+        side = load_side(base)
+        pooled = runs_sessions([(side, side_between(side, "relative"))], "relative")
+        gate.append({"baseline": base.name, "sd": round(math.sqrt(pooled.variance), 4), "df": pooled.df})
+    return {
+        "runs": {m: random_effects(g) for m, g in runs.items() if len(g) >= 2},
+        "added_right_after": {m: {"runs": len(d), "ratio": round(math.exp(statistics.mean(d)), 3),
+                                  "sd": round(statistics.stdev(d), 3)} for m, d in added.items() if len(d) >= 2},
+        "gate": gate,
+    }
 
 
 def study_figures(root: Path) -> dict[str, Any]:
@@ -204,7 +261,7 @@ def study_figures(root: Path) -> dict[str, Any]:
             }
     walls = [r["wall_s"] for r in records]
     return {"trials": len(records), "baselines": len({r["baseline"] for r in records}), "table": table,
-            "wall_s_total": round(sum(walls), 1), "set_over_dense": set_ratios(root)}
+            "wall_s_total": round(sum(walls), 1), "sessions": session_figures(root)}
 
 
 def readme(study: dict[str, Any]) -> str:
@@ -244,7 +301,9 @@ def main() -> int:
     runner.add_argument("--out", required=True)
     runner.add_argument("--trials", type=int, default=10)
     runner.add_argument("--baselines", type=int, default=4)
-    runner.add_argument("--baseline-sets", type=int, default=6, help="process sets added to each baseline's 2")
+    runner.add_argument("--sittings", type=int, default=5, help="sessions each baseline is timed in (its own run the first)")
+    runner.add_argument("--sitting-sets", type=int, default=2, help="process sets added in each later sitting")
+    runner.add_argument("--sitting-gap-s", type=float, default=90.0, help="least time between a baseline's sittings")
     analyser = commands.add_parser("analyse")
     analyser.add_argument("folder")
     analyser.add_argument("--json")
