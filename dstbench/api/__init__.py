@@ -13,7 +13,7 @@ Each function does what the command of the same name does, without printing (exc
 progress on stderr, as `dstbench run`; `progress=False` silences it), and raises instead of
 returning an exit code: `RunFailed` when every case of a run failed (it measured nothing),
 `dstbench.suite.loading.SuiteError` for an unusable suite or selection,
-`dstbench.results.run_folder.RunDirError` for a folder that is not a run,
+`dstbench.results.run_files.RunDirError` for a folder that is not a run,
 `dstbench.gates.compare.CompareInputError` for runs that cannot be compared.
 Reading a run (`load_run`, `frame`, `check`, `report`, `compare`) never imports torch.
 """
@@ -95,7 +95,7 @@ def load_run(path: str | Path) -> Run:
     being written (another process holds its lock) is read, with a warning that says so."""
     import warnings
 
-    from dstbench.results.run_folder import require_results, still_being_written
+    from dstbench.results.run_files import require_results, still_being_written
 
     (run_dir,) = require_results([path])
     writing = still_being_written(run_dir)

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dstbench.gates.run_verdict import RunVerdict
+    from dstbench.results.run_folder import RunFolder
     from dstbench.suite.schema import SuiteConfig
 
 # What `Run.frame()` shows by default, in this order (`all_columns=True`: every line field and
@@ -72,24 +73,24 @@ class Run:
     @property
     def meta(self) -> dict[str, Any]:
         """The folder's run.json (what was asked for, the suite hash, interruptions, resumes)."""
-        from dstbench.results.run_folder import load_run_meta
-
-        return load_run_meta(self.path)
+        return self.folder().meta
 
     @property
     def suite(self) -> "SuiteConfig":
         """The suite as the run recorded it (`suite.yaml` in the folder, overrides applied)."""
-        from dstbench.suite.loading import load_suite
-        from dstbench.util.files import SUITE_FILE
+        return self.folder().suite()
 
-        return load_suite(self.path / SUITE_FILE)
+    def folder(self) -> "RunFolder":
+        """The folder's reader (`dstbench.results.run_folder.RunFolder.open`: shared while its files
+        are unchanged, so each call sees what the folder holds now and reads it once)."""
+        from dstbench.results.run_folder import RunFolder
+
+        return RunFolder.open(self.path)
 
     def lines(self) -> list[dict[str, Any]]:
         """The result lines as written (a later line of the same case replaces an earlier one in
         frames and reports, not here)."""
-        from dstbench.results.record import iter_results
-
-        return list(iter_results(self.path))
+        return list(self.folder().lines())
 
     def frame(self, reference: str | None = None, *, all_columns: bool = False, per_seed: bool = False) -> "pd.DataFrame":
         """One row per case: its status, times, speedup against `reference` (default: the suite's)
@@ -102,17 +103,12 @@ class Run:
         (`dstbench.results.pooling.pool_seeds`). `per_seed=True`: one row per (case, seed), each
         figure that seed's own, as `dstbench report` computes them (speedups against the same seed's
         reference)."""
-        from dstbench.report.headline import choose_reference
         from dstbench.results.pooling import pool_seeds
-        from dstbench.results.derive import derive, load_frame
 
-        frame = load_frame([self.path])
-        if frame.empty:
-            return frame
-        chosen, problem = choose_reference(frame, [str(self.path)], reference)
-        if chosen is None:
-            raise ValueError(problem)
-        derived = derive(frame, chosen).reset_index(drop=True)
+        derived = self.folder().frame(reference)
+        if derived.empty:
+            return derived
+        derived = derived.reset_index(drop=True)
         if not per_seed:
             derived = pool_seeds(derived).drop(columns=["seed"], errors="ignore")  # a row is every seed's
         if all_columns:
@@ -176,10 +172,8 @@ class Run:
         `involuntary_switches`) and its hand-over wait after it (`hand_over_ms`) where recorded."""
         import pandas as pd
 
-        from dstbench.results.derive import load_frame
-
         rows: list[dict[str, Any]] = []
-        frame = load_frame([self.path])
+        frame = self.folder().loaded()
         for line in ([] if frame.empty else frame.to_dict("records")):
             times = line.get("segment_ms") if isinstance(line.get("segment_ms"), list) else []
             noise = line.get("noise") if isinstance(line.get("noise"), dict) else {}
@@ -204,9 +198,7 @@ class Run:
         `topology_updates` (updates so far; NaN in curves written before they were recorded)."""
         import pandas as pd
 
-        from dstbench.results.derive import load_frame
-
-        frame = load_frame([self.path])
+        frame = self.folder().loaded()
         rows: list[dict[str, Any]] = []
         for line in ([] if frame.empty else frame.to_dict("records")):
             for point in line.get("curve") if isinstance(line.get("curve"), list) else []:
@@ -229,22 +221,17 @@ class Run:
         """Write the HTML and/or Markdown report (as `dstbench report --html/--markdown`) and return
         the text report: the headline and the tables `dstbench report` prints. An output inside a
         run folder is refused (`ValueError`): reports never write over a run."""
-        from dstbench.report.headline import choose_reference, headline_text
+        from dstbench.report.headline import headline_text
         from dstbench.report.html import write_markdown_report, write_report
         from dstbench.report.sections import render_sections
         from dstbench.report.tables import render_text
-        from dstbench.results.derive import derive, load_frame
         from dstbench.util.files import output_file_problem
 
         runs = [str(self.path)]
         problems = [output_file_problem(str(p), o, runs) for o, p in (("html", html), ("markdown", markdown)) if p]
         if any(problems):
             raise ValueError("; ".join(p for p in problems if p))
-        frame = load_frame(runs)
-        chosen, problem = choose_reference(frame, runs, reference)
-        if chosen is None:
-            raise ValueError(problem)
-        derived = derive(frame, chosen)
+        derived = self.folder().frame(reference)
         if html:
             write_report(derived, runs, html)
         if markdown:

@@ -19,7 +19,7 @@ import warnings
 from dstbench.cli import check, compare, export, list_methods, profile, publish, report, run
 from dstbench.cli.common import HelpFormatter
 from dstbench.execution.lifeline import Terminated, terminate_as_interrupt
-from dstbench.results.run_folder import RunDirError
+from dstbench.results.run_files import RunDirError
 from dstbench.util.exitcodes import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_IO_ERROR, EXIT_USAGE, signal_exit_code
 from dstbench.util.text import clip
 from dstbench.util.version import __version__

@@ -5,19 +5,19 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from dstbench.cli.common import Commands, add_command
-from dstbench.results.run_folder import RunDirError, require_results, still_being_written
+from dstbench.results.run_files import RunDirError, require_results, still_being_written
 from dstbench.util.exitcodes import EXIT_USAGE
 from dstbench.util.files import RESULTS_FILE
 from dstbench.util.text import clip
 
 if TYPE_CHECKING:
     from dstbench.gates.run_verdict import Selection
+    from dstbench.results.run_folder import RunFolder
 
 
 def add_parser(commands: Commands) -> None:
@@ -31,26 +31,25 @@ def add_parser(commands: Commands) -> None:
 
 
 def print_run_summary(
-    run_dir: Path, console: Console, selection: "Selection | None" = None, allow_incomplete: bool = False
+    folder: "RunFolder", console: Console, selection: "Selection | None" = None, allow_incomplete: bool = False
 ) -> int:
     """The end-of-run table, then the verdict of `dstbench.gates.run_verdict.judge_run` (the
     expectations, the failed cases, completeness, another suite's lines), as its exit code."""
     from dstbench.gates.run_verdict import judge_run
-    from dstbench.report.headline import choose_reference
     from dstbench.report.tables import summary_table
-    from dstbench.results.derive import derive, load_frame, run_warnings
+    from dstbench.results.derive import run_warnings
     from dstbench.results.expectations import describe, summary
 
-    frame = load_frame([run_dir])
+    run_dir = folder.path
+    frame = folder.loaded()
     verdict = judge_run(run_dir, selection, allow_incomplete=allow_incomplete, frame=frame)
     warnings: list[str] = []
     if frame.empty:
         print("(no results)")
     else:
         # The reference as `dstbench report` picks it, so the two tables always agree.
-        reference, _ = choose_reference(frame, [str(run_dir)], None)
-        derived = derive(frame, reference)
-        print(summary_table(derived, reference))
+        derived = folder.frame()
+        print(summary_table(derived, derived.attrs["reference"]))
         warnings = run_warnings(derived)
     print(f"\nresults: {run_dir / RESULTS_FILE}")
 
@@ -89,6 +88,7 @@ def print_run_summary(
 
 
 def main(args: argparse.Namespace) -> int:
+    from dstbench.results.run_folder import RunFolder
     from dstbench.suite.loading import SuiteError
 
     console = Console(stderr=True, soft_wrap=True)
@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     if writing:
         console.print(f"warning: {writing}: what it holds may still change", style="yellow", highlight=False, markup=False)
     try:
-        return print_run_summary(Path(args.run_dir), console, allow_incomplete=args.allow_incomplete)
+        return print_run_summary(RunFolder.open(args.run_dir), console, allow_incomplete=args.allow_incomplete)
     except SuiteError as exc:
         console.print(str(exc), style="red", highlight=False, markup=False)
         return EXIT_USAGE

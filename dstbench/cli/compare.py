@@ -104,7 +104,7 @@ def _decide(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     from dstbench.execution.more_sets import timing_wall_s
     from dstbench.gates.decide import decide_inconclusive
     from dstbench.gates.sides import CompareInputError
-    from dstbench.results.run_folder import RunDirError
+    from dstbench.results.run_files import RunDirError
     from dstbench.suite.loading import SuiteError
 
     budget = args.decide_budget_s if args.decide_budget_s is not None else timing_wall_s(Path(args.current))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from dstbench.cli.common import Commands, add_command
-from dstbench.results.run_folder import RunDirError, require_results
+from dstbench.results.run_files import RunDirError, require_results
 from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
 from dstbench.util.extras import MissingExtra, require
 from dstbench.util.files import output_file_problem, write_atomic

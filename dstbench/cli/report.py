@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from dstbench.cli.common import Commands, add_command
-from dstbench.results.run_folder import RunDirError, require_results, still_being_written
+from dstbench.results.run_files import RunDirError, require_results, still_being_written
 from dstbench.util.exitcodes import EXIT_OK, EXIT_USAGE
 from dstbench.util.files import output_file_problem
+
+if TYPE_CHECKING:
+    from dstbench.results.run_folder import RunFolder
 
 
 def add_parser(commands: Commands) -> None:
@@ -27,13 +31,21 @@ def add_parser(commands: Commands) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Loaded here, not at the top: every command builds the parser, and only this one needs pandas.
-    from dstbench.report.headline import choose_reference, headline_text
+    from dstbench.results.run_folder import RunFolder
+
+    return report_runs([RunFolder.open(d) for d in args.run_dirs], args.html, args.markdown, getattr(args, "reference", None))
+
+
+def report_runs(folders: "list[RunFolder]", html: str | None, markdown: str | None, reference: str | None = None) -> int:
+    """`dstbench report`'s work on run folders already open (`dstbench run --html` hands over the
+    one it summarised, so its figures are derived once)."""
+    from dstbench.report.headline import headline_text
     from dstbench.report.html import write_markdown_report, write_report
     from dstbench.report.sections import render_sections
     from dstbench.report.tables import render_text
-    from dstbench.results.derive import derive, load_frame
+    from dstbench.results.run_folder import derived_frame
 
-    run_dirs = [str(d) for d in args.run_dirs]
+    run_dirs = [str(f.path) for f in folders]
     try:
         require_results(run_dirs)
     except RunDirError as exc:
@@ -41,28 +53,27 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     for text in filter(None, map(still_being_written, run_dirs)):
         print(f"warning: {text}: its figures may still change", file=sys.stderr)
-    problems = [output_file_problem(p, o, run_dirs) for o, p in (("--html", args.html), ("--markdown", args.markdown)) if p]
+    problems = [output_file_problem(p, o, run_dirs) for o, p in (("--html", html), ("--markdown", markdown)) if p]
     if any(problems):
         print("\n".join(p for p in problems if p), file=sys.stderr)
         return EXIT_USAGE
-    frame = load_frame(run_dirs)
-    if frame.empty:
+    try:
+        derived = derived_frame(folders, reference)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    if derived.empty:
         print(f"no result lines in {', '.join(run_dirs)}", file=sys.stderr)
         return EXIT_USAGE
-    reference, problem = choose_reference(frame, run_dirs, getattr(args, "reference", None))
-    if reference is None:
-        print(problem, file=sys.stderr)
-        return EXIT_USAGE
-    derived = derive(frame, reference)
 
-    if not args.html:
+    if not html:
         print(headline_text(derived) + "\n")
         print(render_text(render_sections(derived, images=False, terminal_only=True)))
-    if args.markdown:
-        write_markdown_report(derived, run_dirs, args.markdown)
-        print(f"wrote {args.markdown}", file=sys.stderr)
-    if args.html:
-        write_report(derived, run_dirs, args.html)
+    if markdown:
+        write_markdown_report(derived, run_dirs, markdown)
+        print(f"wrote {markdown}", file=sys.stderr)
+    if html:
+        write_report(derived, run_dirs, html)
         print(headline_text(derived))
-        print(f"wrote {args.html}", file=sys.stderr)
+        print(f"wrote {html}", file=sys.stderr)
     return EXIT_OK

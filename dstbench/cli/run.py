@@ -199,13 +199,15 @@ def main(args: argparse.Namespace) -> int:
         console.print(clip(str(exc), 4000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     # The exit code covers the cases this command selected (with --resume: finished earlier too).
-    code = print_run_summary(run_dir, console, (args.only, args.density))
+    from dstbench.results.run_folder import RunFolder
+
+    folder = RunFolder.open(run_dir)  # read once: the summary and the reports share its derived figures
+    code = print_run_summary(folder, console, (args.only, args.density))
     if (args.html or args.markdown) and (run_dir / RESULTS_FILE).exists():
         # The report of this run, written whatever its gates said: a failed gate is worth reading.
-        from dstbench.cli.report import main as report_main
+        from dstbench.cli.report import report_runs
 
-        report = argparse.Namespace(run_dirs=[run_dir], html=args.html, markdown=args.markdown, reference=None)
-        code = max(code, report_main(report))
+        code = max(code, report_runs([folder], args.html, args.markdown))
     return code
 
 
@@ -215,7 +217,7 @@ def _more_processes(args: argparse.Namespace, overrides: dict[str, Any], console
 
     from dstbench.execution.more_sets import add_process_sets, selected_cases
     from dstbench.execution.orchestrator import find_resumed_run_dir
-    from dstbench.results.run_folder import RunDirError
+    from dstbench.results.run_files import RunDirError
     from dstbench.suite.loading import SuiteError, load_suite
 
     wrong = ("--resume RUN_DIR (the run to add to)" if not isinstance(args.resume, str) else
@@ -233,4 +235,6 @@ def _more_processes(args: argparse.Namespace, overrides: dict[str, Any], console
         console.print(clip(str(exc), 4000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
     console.print(f"added {len(added)} process set(s) to {run_dir}", highlight=False, markup=False)
-    return print_run_summary(run_dir, console, (args.only, args.density))
+    from dstbench.results.run_folder import RunFolder
+
+    return print_run_summary(RunFolder.open(run_dir), console, (args.only, args.density))

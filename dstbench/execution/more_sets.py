@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -28,12 +27,12 @@ from dstbench.execution.launchers.factory import make_launcher
 from dstbench.execution.resume_machine import other_machine_lines, this_machine
 from dstbench.execution.rounds import time_process_set, process_shares
 from dstbench.results.record import iter_results
-from dstbench.results.run_folder import RunLock, load_run_meta
+from dstbench.results.run_files import RunLock, load_run_meta, update_run_meta
 from dstbench.suite.cases import Case
 from dstbench.suite.groups import Group, added_set_key, new_group_id, plan_groups
 from dstbench.suite.loading import SuiteError, load_suite
 from dstbench.suite.plan import expand_cases, point_suite, run_line_key
-from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
+from dstbench.util.files import SUITE_FILE
 
 ADDED_KEY = "added_process_sets"
 
@@ -163,16 +162,18 @@ def _time_one_set(
 
 
 def _record(run_dir: Path, added: list[AddedSet], by: str, wall: float | None) -> None:
-    meta = load_run_meta(run_dir, required=True)
-    if wall is not None:
-        meta.setdefault("timing_wall_s", round(wall, 1))
     entry = {
         "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by,
         "cases": sorted({c for a in added for c in a.cases}), "groups": [a.group_id for a in added],
         "wall_s": [a.wall_s for a in added],
     }
-    meta[ADDED_KEY] = [*meta.get(ADDED_KEY, []), entry]
-    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+
+    def add(meta: dict[str, Any]) -> None:
+        if wall is not None:
+            meta.setdefault("timing_wall_s", round(wall, 1))
+        meta[ADDED_KEY] = [*meta.get(ADDED_KEY, []), entry]
+
+    update_run_meta(run_dir, add)
 
 
 def selected_cases(run_dir: Path, only: list[str] | None, densities: list[float] | None) -> list[str]:

@@ -43,7 +43,7 @@ from dstbench.execution.lifeline import Terminated
 from dstbench.execution.progress import RunProgress
 from dstbench.results.record import CaseResult
 from dstbench.results.rejected_lines import REJECTED_FILE, set_aside_unusable
-from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
+from dstbench.results.run_files import RunDirError, RunLock, load_run_meta, update_run_meta, write_run_meta
 from dstbench.util.files import RUN_FILE, SUITE_FILE, make_unique_dir, output_place_problem, slug, write_atomic
 from dstbench.execution.resume_machine import other_machine_lines, refusal, this_machine
 from dstbench.execution.rounds import GroupRun, run_groups
@@ -103,16 +103,14 @@ def write_run_files(run_dir: Path, suite: SuiteConfig, suite_path: Path, overrid
         **({"point_hashes": [point.setup_hash() for _, point in suite.points]} if suite.sweep else {}),
         **git_state(),
     }
-    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+    write_run_meta(run_dir, meta)
 
 
 def record_interruption(run_dir: Path, unfinished: list[str], reason: BaseException) -> None:
     """Add to `run.json` that the run was stopped (by what, when) while `unfinished` had no line."""
-    meta = load_run_meta(run_dir)
     by = "SIGINT" if isinstance(reason, KeyboardInterrupt) else str(reason).removeprefix("terminated by ")
     entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "by": by, "unfinished": unfinished}
-    meta["interruptions"] = [*meta.get("interruptions", []), entry]
-    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+    update_run_meta(run_dir, lambda meta: meta.update(interruptions=[*meta.get("interruptions", []), entry]), required=False)
 
 
 def find_resumed_run_dir(out: Path, suite: SuiteConfig, suite_path: Path, resume: bool | str) -> Path:
@@ -185,11 +183,13 @@ def resolve_run_dir(
 
 def record_resume(run_dir: Path, overrides: dict[str, Any] | None) -> None:
     """Add this resume (when, its `--set` overrides) to run.json, and its overrides to the run's."""
-    meta = load_run_meta(run_dir, required=True)
     entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "overrides": dict(overrides or {})}
-    meta["resumes"] = [*meta.get("resumes", []), entry]
-    meta["overrides"] = {**meta.get("overrides", {}), **(overrides or {})}
-    write_atomic(run_dir / RUN_FILE, json.dumps(meta, indent=2) + "\n")
+
+    def add(meta: dict[str, Any]) -> None:
+        meta["resumes"] = [*meta.get("resumes", []), entry]
+        meta["overrides"] = {**meta.get("overrides", {}), **(overrides or {})}
+
+    update_run_meta(run_dir, add)
 
 
 def run_cases(

@@ -16,7 +16,7 @@ from typing import Any
 from dstbench.suite.cases import case_id as make_case_id, line_keys
 from dstbench.util.extras import require
 from dstbench.results.record import iter_results, segment_samples
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_files import load_run_meta
 from dstbench.util.files import SUITE_FILE
 
 

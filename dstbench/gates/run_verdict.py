@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from dstbench.results.coverage import Coverage, run_coverage
-from dstbench.results.derive import load_frame
+from dstbench.results.run_folder import RunFolder
 from dstbench.results.expectations import Outcome, check_run
 from dstbench.results.record import read_results
 from dstbench.suite.cases import line_keys
@@ -85,7 +85,7 @@ def judge_run(
     case must have an ok line; without it (`dstbench check`), every line present must be ok and, where
     run.json records what was asked for, every selected case present (unless `allow_incomplete`)."""
     run_dir = Path(run_dir)
-    frame = load_frame([run_dir]) if frame is None else frame
+    frame = RunFolder.open(run_dir).loaded() if frame is None else frame
     coverage = run_coverage(run_dir)
     suite, outcomes = check_run(run_dir, frame, coverage)
     # Without run.json nothing records what was asked for, or the suite hash of the run's lines: the

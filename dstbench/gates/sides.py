@@ -11,7 +11,7 @@ from typing import Any
 
 from dstbench.results.record import iter_results
 from dstbench.results.replicates import stored_seed
-from dstbench.results.run_folder import RunDirError, load_run_meta, require_results, stored_suite
+from dstbench.results.run_files import RunDirError, load_run_meta, require_results, stored_suite
 from dstbench.suite.cases import case_id, case_key
 from dstbench.util.files import RESULTS_FILE
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dstbench.results.intervals import holm
-from dstbench.results.run_folder import setup_without_seed
+from dstbench.results.run_files import setup_without_seed
 from dstbench.suite.cases import case_id
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ import pandas as pd
 from dstbench.util.text import DASH
 from dstbench.report.sections import Table, register_table
 from dstbench.report.tables import ordered, run_label
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_files import load_run_meta
 
 # The record's keys in reading order; keys not listed follow alphabetically.
 ENV_ORDER = (

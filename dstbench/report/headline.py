@@ -1,38 +1,13 @@
-"""What a report says first: the reference its figures are compared against (`dstbench report`,
-`check`, `run` and `publish` pick it the same way, so their tables agree) and the headline lines
-printed above the tables."""
+"""What a report says first: the headline lines printed above the tables (the reference they are
+compared against: `dstbench.results.run_folder.choose_reference`, the same for every command)."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pandas as pd
 
 from dstbench.report.time_to_accuracy import target_headline
 from dstbench.results.derive import data_loading, headline, run_warnings
 from dstbench.report.compact_topology import empty_block_notes
-from dstbench.results.run_folder import run_reference
-from dstbench.util.files import SUITE_FILE
-
-
-def choose_reference(frame: pd.DataFrame, run_dirs: list[str], requested: str | None) -> tuple[str | None, str]:
-    """The reference to compare against and, when none can be used, why."""
-    methods = list(pd.unique(frame["method"]))
-    if requested:
-        return (requested, "") if requested in methods else (None, f"--reference {requested!r} is not among the methods ({', '.join(map(str, methods))})")
-    found = [r for r in (run_reference(d) for d in run_dirs) if r]
-    if found and found[0] in methods:
-        if len(set(found)) > 1:
-            print(f"runs name different references ({', '.join(sorted(set(found)))}); comparing against {found[0]}", file=sys.stderr)
-        return found[0], ""
-    fallback = "dense" if "dense" in methods else str(methods[0])
-    # Said, never silent: a damaged suite.yaml must not change what the figures are relative to.
-    unread = [str(Path(d) / SUITE_FILE) for d in run_dirs if (Path(d) / SUITE_FILE).exists() and run_reference(d) is None]
-    if unread or found:
-        why = f"no reference could be read from {', '.join(unread)}" if unread else f"the suite's reference {found[0]!r} has no line"
-        print(f"{why}; comparing against {fallback} (--reference chooses another)", file=sys.stderr)
-    return fallback, ""
 
 
 def target_line(to_target: dict) -> str:

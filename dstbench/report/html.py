@@ -24,7 +24,7 @@ from dstbench.report.compact_topology import empty_block_notes
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_files import load_run_meta
 from dstbench.util.files import SUITE_FILE, write_atomic
 from dstbench.util.text import markdown_text
 

@@ -25,13 +25,12 @@ import pandas as pd
 
 from dstbench.results.coverage import run_coverage
 from dstbench.results.expectations import run_outcomes
-from dstbench.results.derive import derive, headline, load_frame
-from dstbench.report.headline import choose_reference
+from dstbench.results.derive import headline
 from dstbench.report.history import SiteRun, suite_histories
 from dstbench.report.site_manifest import SITE_PAGES, PublishedRun, SiteError, load_manifest, remove_published
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
 from dstbench.results.record import iter_results
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_folder import RunFolder
 from dstbench.util.dirlock import FolderLock
 from dstbench.util.files import RESULTS_FILE, RUN_FILES, named, slug, write_atomic
 
@@ -48,14 +47,13 @@ def _created(meta: dict[str, Any], frame: pd.DataFrame) -> str:
 
 def load_site_run(run_dir: Path) -> SiteRun:
     """A run folder with its figures derived against its suite's reference."""
-    frame = load_frame([run_dir])
-    meta = load_run_meta(run_dir)
+    folder = RunFolder.open(run_dir)
+    frame, meta = folder.loaded(), folder.meta
     if frame.empty:
         derived = frame
         head = {"cases": 0, "failed": 0, "reference": None, "speedup": None, "memory": None}
     else:
-        reference, _ = choose_reference(frame, [str(run_dir)], None)
-        derived = derive(frame, reference or str(frame["method"].iloc[0]))
+        derived = folder.frame()
         head = headline(derived)
     outcomes = run_outcomes(run_dir, frame) if not frame.empty else None
     verdicts = None

@@ -22,7 +22,7 @@ import pandas as pd
 
 from dstbench.report.sections import Table, register_table
 from dstbench.results.pooling import pool_seeds
-from dstbench.results.run_folder import stored_suite
+from dstbench.results.run_files import stored_suite
 from dstbench.util.files import SUITE_FILE
 
 SEED_METRICS = ("top1", "top5")

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_files import load_run_meta
 from dstbench.util.files import is_run_folder, is_within, read_regular_text, write_atomic
 
 MANIFEST_FILE = ".dstbench-site.json"

@@ -24,7 +24,7 @@ from dstbench.report.seeds import format_mean_ci
 from dstbench.report.tables import ordered, pooled_text, run_label
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import frame_points
-from dstbench.results.run_folder import load_run_meta, setup_without_seed
+from dstbench.results.run_files import load_run_meta, setup_without_seed
 from dstbench.results.time_to_target import target_text
 from dstbench.util.text import present
 

@@ -10,7 +10,6 @@ imports torch unless that fallback needs the registry.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,8 +18,8 @@ import yaml
 from dstbench.suite.cases import case_id, case_key, line_case_id
 from dstbench.suite.groups import trained_line
 from dstbench.results.record import iter_results
-from dstbench.results.run_folder import load_run_meta
-from dstbench.util.files import RUN_FILE, SUITE_FILE, write_atomic
+from dstbench.results.run_files import load_run_meta, update_run_meta
+from dstbench.util.files import SUITE_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,15 +92,15 @@ def record_cases(run_dir: str | Path, planned: Iterable[PlannedCase], selected: 
     """Write the suite's cases and the selection into `run.json` (with any other `fields`). A run
     resumed with another selection keeps what it was asked for before, too. A damaged run.json is
     a `RunDirError`, never rewritten with its other fields lost."""
-    run_dir = Path(run_dir)
-    meta = load_run_meta(run_dir, required=True)
-    before = [c for c in meta.get("selected") or [] if isinstance(c, str)]
     planned = list(planned)
-    meta["cases"] = [p.to_dict() for p in planned]
-    meta["selected"] = list(dict.fromkeys([*before, *selected]))
-    meta.update(fields)
-    path = run_dir / RUN_FILE
-    write_atomic(path, json.dumps(meta, indent=2) + "\n")  # a rename: a link at run.json is replaced, not followed
+
+    def record(meta: dict[str, Any]) -> None:
+        before = [c for c in meta.get("selected") or [] if isinstance(c, str)]
+        meta["cases"] = [p.to_dict() for p in planned]
+        meta["selected"] = list(dict.fromkeys([*before, *selected]))
+        meta.update(fields)
+
+    update_run_meta(run_dir, record)
 
 
 def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:

@@ -22,6 +22,7 @@ import dataclasses
 import fnmatch
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -214,17 +215,19 @@ def _density_outcome(exp: Expectation, case: str, row: pd.Series) -> Outcome:
 
 def _pooled_outcomes(
     exp: Expectation, vs: str, rows: pd.DataFrame, frame: pd.DataFrame, coverage: Coverage | None, reference: str,
+    derived_for: Callable[[str], pd.DataFrame],
 ) -> list[Outcome]:
     """A `top1`, `top1_drop`, `target_reached` or time-to-target expectation, one outcome per case
     over its seeds (a suite's `seeds:`, `dstbench.results.pooling`): the mean is gated and its 95%
     interval printed beside it (`target_reached`: the fraction of seeds whose curve reached the
     target, and how many of how many); a case any of whose seeds failed fails. With one seed, the
     case's own figure."""
-    frame = frame if "run" in frame else frame.assign(run="")
     rows = rows if "run" in rows else rows.assign(run="")
     if exp.metric in TIME_METRICS:  # the speedup to target is against `vs`
-        frame = derive(frame, vs)
-    elif exp.metric == "target_reached" and "target_reached" not in frame:
+        frame = derived_for(vs) if "run" in frame else derive(frame.assign(run=""), vs)
+    elif "run" not in frame:
+        frame = frame.assign(run="")
+    if exp.metric == "target_reached" and "target_reached" not in frame:
         frame = add_time_to_target(frame if "reference" in frame else frame.assign(reference=reference))
     pooled = pool_seeds(frame, baseline=vs).set_index(["run", "case_id"], drop=False)
     outcomes = []
@@ -305,9 +308,19 @@ def check_expectations(suite: SuiteConfig, frame: pd.DataFrame, coverage: Covera
 
 
 def evaluate(
-    expect: list[Expectation], reference: str, frame: pd.DataFrame, coverage: Coverage | None = None
+    expect: list[Expectation], reference: str, frame: pd.DataFrame, coverage: Coverage | None = None,
+    derived_for: Callable[[str], pd.DataFrame] | None = None,
 ) -> list[Outcome]:
-    """`check_expectations` from the expectations and the reference alone."""
+    """`check_expectations` from the expectations and the reference alone. `derived_for(vs)`: the
+    frame derived against `vs` (a run's `RunFolder.derived`, computed once); by default derived
+    here, once per `vs`."""
+    cache: dict[str, pd.DataFrame] = {}
+
+    def derived_of(vs: str) -> pd.DataFrame:
+        if vs not in cache:
+            cache[vs] = derived_for(vs) if derived_for is not None else derive(frame, vs)
+        return cache[vs]
+
     outcomes: list[Outcome] = []
     for exp in expect:
         # Validation made sure every metric but density_achieved has a bound (config.py).
@@ -318,9 +331,9 @@ def evaluate(
             where = f" at density {exp.density:g}" if exp.density is not None else ""
             outcomes.append(Outcome(exp, exp.method, None, False, f"no case matches {exp.method!r}{where}"))
             continue
-        derived = derive(frame, vs) if exp.metric in DERIVED and len(rows) else frame
+        derived = derived_of(vs) if exp.metric in DERIVED and len(rows) else frame
         if exp.metric in POOLED and len(rows):
-            outcomes += _pooled_outcomes(exp, vs, rows, frame, coverage, reference)
+            outcomes += _pooled_outcomes(exp, vs, rows, frame, coverage, reference, derived_of)
             rows = rows.iloc[0:0]
         for _, row in rows.iterrows():
             case = line_case_id(row)
@@ -366,14 +379,15 @@ def check_run(
     run_dir: str | Path, frame: pd.DataFrame | None = None, coverage: Coverage | None = None
 ) -> tuple[SuiteConfig, list[Outcome]]:
     """Expectations of the suite stored in `run_dir`, against its results and its coverage (read
-    here unless the caller has them)."""
-    from dstbench.results.derive import load_frame
-    from dstbench.util.files import SUITE_FILE
-    from dstbench.suite.loading import load_suite
+    here unless the caller has them: through `RunFolder.open`, whose derived frames are reused)."""
+    from dstbench.results.run_folder import RunFolder
 
-    suite = load_suite(Path(run_dir) / SUITE_FILE)
-    frame = load_frame([run_dir]) if frame is None else frame
-    return suite, check_expectations(suite, frame, run_coverage(run_dir) if coverage is None else coverage)
+    folder = RunFolder.open(run_dir)
+    suite = folder.suite()
+    derived_for = folder.derived if frame is None or frame is folder.loaded() else None
+    frame = folder.loaded() if frame is None else frame
+    coverage = run_coverage(run_dir) if coverage is None else coverage
+    return suite, evaluate(list(suite.expect), suite.reference, frame, coverage, derived_for)
 
 
 def stored_expectations(run_dir: str | Path) -> tuple[list[Expectation], str] | None:
@@ -396,11 +410,13 @@ def stored_expectations(run_dir: str | Path) -> tuple[list[Expectation], str] | 
 def run_outcomes(run_dir: str | Path, frame: pd.DataFrame | None = None) -> tuple[str, list[Outcome]] | None:
     """The reference and the outcomes of a run folder's expectations, for reports (see
     `stored_expectations`); None without a readable stored suite."""
-    from dstbench.results.derive import load_frame
+    from dstbench.results.run_folder import RunFolder
 
     stored = stored_expectations(run_dir)
     if stored is None:
         return None
     expect, reference = stored
-    frame = load_frame([run_dir]) if frame is None else frame
-    return reference, evaluate(expect, reference, frame, run_coverage(run_dir))
+    folder = RunFolder.open(run_dir)
+    derived_for = folder.derived if frame is None or frame is folder.loaded() else None
+    frame = folder.loaded() if frame is None else frame
+    return reference, evaluate(expect, reference, frame, run_coverage(run_dir), derived_for)

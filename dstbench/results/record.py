@@ -35,7 +35,7 @@ from dstbench.measure.trackers.base import (
 from dstbench.measure.trackers.noise import WARNINGS_OF_GROUPS
 from dstbench.suite.cases import line_key
 from dstbench.util.text import clip, short_repr
-from dstbench.results.run_folder import load_run_meta
+from dstbench.results.run_files import load_run_meta
 from dstbench.util.files import RESULTS_FILE, open_no_follow, open_regular, write_atomic
 from dstbench.results.line_rule import line_problem_of
 

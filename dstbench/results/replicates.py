@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from dstbench.results.run_folder import stored_suite
+from dstbench.results.run_files import stored_suite
 from dstbench.suite.cases import point_tag, seed_tag
 
 

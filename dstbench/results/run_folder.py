@@ -1,195 +1,168 @@
-"""The run folder: what `dstbench run` writes and every other command reads (file names in
-`dstbench.util.files`): its metadata, the stored suite's reference, the lock of its one writer.
+"""A run folder read back: `RunFolder` reads its run.json, its suite and its result lines, and
+derives its frame once per reference (`dstbench.results.derive`), so a command that prints a
+summary and writes a report from one run computes its figures once; `choose_reference` picks the
+reference every command compares against, the same way. The files at the lowest level, and the
+writer's lock: `dstbench.results.run_files`.
 
-Nothing here imports torch, so commands that only read results (report, compare, export) stay light.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import errno
-import json
-import os
-import socket
+import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-import yaml
+import pandas as pd
 
-from dstbench.util.dirlock import FolderLock, held_by_another
-from dstbench.util.nesting import too_deep
-from dstbench.util.files import (
-    LOCK_FILE, RESULTS_FILE, RUN_FILE, RUN_FILES, SUITE_FILE, open_no_follow, read_regular_text, regular_file_problem,
-)
+from dstbench.results.derive import derive, load_frame
+from dstbench.results.record import iter_results
+from dstbench.results.run_files import load_run_meta, run_reference, stored_suite, update_run_meta
+from dstbench.util.files import RESULTS_FILE, RUN_FILE, SUITE_FILE
 
+if TYPE_CHECKING:
+    from dstbench.suite.schema import SuiteConfig
 
-class RunDirError(Exception):
-    """A folder that is not a usable run folder (exit code 2)."""
-
-
-# The fields of run.json a reader relies on, with the JSON types each may have.
-RUN_META_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "suite": (str,), "suite_hash": (str,), "suite_path": (str,), "created": (str,),
-    "overrides": (dict,), "setup": (dict,), "cases": (list,), "selected": (list,), "interruptions": (list,),
-    "resumes": (list,), "commit": (str, type(None)), "dirty": (bool, type(None)), "source": (str,), "point_hashes": (list,),
-}
+_OPEN: dict[tuple[str, tuple[tuple[int, int], ...]], "RunFolder"] = {}
 
 
-def _mistyped(meta: dict[str, Any]) -> list[str]:
-    """The known fields of `meta` whose value has the wrong JSON type."""
-    return [key for key, types in RUN_META_TYPES.items() if key in meta and not isinstance(meta[key], types)]
+def choose_reference(frame: pd.DataFrame, run_dirs: Iterable[str | Path], requested: str | None) -> tuple[str | None, str]:
+    """The reference to compare against and, when none can be used, why: `requested` where it is
+    among the methods, else the runs' suite's `reference:`, else dense (said on stderr, never
+    silent: a damaged suite.yaml must not change what the figures are relative to)."""
+    run_dirs = [str(d) for d in run_dirs]
+    methods = list(pd.unique(frame["method"]))
+    if requested:
+        return (requested, "") if requested in methods else (None, f"--reference {requested!r} is not among the methods ({', '.join(map(str, methods))})")
+    found = [r for r in (run_reference(d) for d in run_dirs) if r]
+    if found and found[0] in methods:
+        if len(set(found)) > 1:
+            print(f"runs name different references ({', '.join(sorted(set(found)))}); comparing against {found[0]}", file=sys.stderr)
+        return found[0], ""
+    fallback = "dense" if "dense" in methods else str(methods[0])
+    unread = [str(Path(d) / SUITE_FILE) for d in run_dirs if (Path(d) / SUITE_FILE).exists() and run_reference(d) is None]
+    if unread or found:
+        why = f"no reference could be read from {', '.join(unread)}" if unread else f"the suite's reference {found[0]!r} has no line"
+        print(f"{why}; comparing against {fallback} (--reference chooses another)", file=sys.stderr)
+    return fallback, ""
 
 
-def load_run_meta(run_dir: str | Path, *, required: bool = False) -> dict[str, Any]:
-    """`run.json` of a run folder, typed (`RUN_META_TYPES`). Missing or unreadable: `{}`; a field
-    of the wrong type is left out. With `required` either is a `RunDirError` instead (a run that
-    will be written to must not lose what its run.json held)."""
-    path = Path(run_dir) / RUN_FILE
-    try:
-        meta = json.loads(read_regular_text(path))
-    except FileNotFoundError:
-        if required:
-            raise RunDirError(f"{run_dir}: missing {RUN_FILE}") from None
-        return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        if required:
-            raise RunDirError(f"{path}: unreadable ({'nested too deeply' if isinstance(exc, RecursionError) else exc})") from None
-        return {}
-    if too_deep(meta):
-        if required:
-            raise RunDirError(f"{path}: unreadable ({too_deep(meta)})")
-        return {}
-    if not isinstance(meta, dict):
-        if required:
-            raise RunDirError(f"{path}: not a JSON object")
-        return {}
-    wrong = _mistyped(meta)
-    if wrong and required:
-        problems = "; ".join(
-            f"{key} is {json.dumps(meta[key])[:40]}, not {' or '.join(t.__name__ for t in RUN_META_TYPES[key])}" for key in wrong
-        )
-        raise RunDirError(f"{path}: damaged ({problems}); restore it, or start a new run")
-    for key in wrong:
-        del meta[key]
-    return meta
+OPEN_LIMIT = 8  # readers `RunFolder.open` keeps, the least recently opened dropped first
 
 
-def require_results(run_dirs: Iterable[str | Path], *, finished: bool = False) -> list[Path]:
-    """The folders as paths; `RunDirError` naming every one without a `results.jsonl`, and with
-    `finished` every one a run is still writing (compare, publish and export judge or copy a run
-    whose lines are final)."""
-    paths = [Path(d) for d in run_dirs]
-    # A FIFO or a device where a run file belongs would block its reader forever: refused unopened.
-    irregular = [problem for p in paths for name in RUN_FILES if (problem := regular_file_problem(p / name))]
-    if irregular:
-        raise RunDirError("; ".join(irregular))
-    missing = [str(p) for p in paths if not (p / RESULTS_FILE).is_file()]
-    if missing:
-        raise RunDirError(f"no {RESULTS_FILE} in: {', '.join(missing)}")
-    writing = [text for p in paths if finished and (text := still_being_written(p))]
-    if writing:
-        raise RunDirError("; ".join(writing) + ": wait for it to finish (or stop it), then try again")
-    return paths
-
-
-def setup_without_seed(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """A run's recorded setup (run.json's `setup`, what the suite hash is made of) less its seed:
-    two runs with equal ones ran the same cases, trained from other seeds. None when not recorded."""
-    setup = meta.get("setup")
-    return {k: v for k, v in setup.items() if k != "seed"} if isinstance(setup, dict) else None
-
-
-def stored_suite(run_dir: str | Path) -> dict[str, Any]:
-    """The suite a run folder keeps, as plain data, read without validation (no torch, no data);
-    {} when unreadable."""
-    try:
-        data = yaml.safe_load(read_regular_text(Path(run_dir) / SUITE_FILE))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def run_reference(run_dir: str | Path) -> str | None:
-    """The `reference:` of the suite a run was made from. The stored suite was validated with every
-    default filled in, so its `reference` key is the one the run used."""
-    reference = stored_suite(run_dir).get("reference")
-    return str(reference) if reference else None
-
-
-class RunLock:
-    """The one writer of a run folder: an exclusive `flock` on the run folder itself
-    (`dstbench.util.dirlock`), so deleting a file cannot let a second writer in; `RUN_DIR/.lock`
-    records who holds it (pid, host, start) for the message a second writer gets. The kernel drops
-    the lock when its holder dies however it dies, so a lock file left by a dead process is simply
-    taken over. `RunDirError` (exit 2) names the holder when another process has it."""
-
-    def __init__(self, run_dir: str | Path | None = None) -> None:
-        self.path = Path(run_dir) / LOCK_FILE if run_dir is not None else None
-        self._folder: FolderLock | None = None
-
-    def acquire(self, run_dir: str | Path | None = None) -> "RunLock":
-        """Take the lock of `run_dir` (default: the folder given at construction)."""
-        if run_dir is not None:
-            self.path = Path(run_dir) / LOCK_FILE
-        if self.path is None:
-            raise ValueError("RunLock.acquire: no run folder given")
-        folder = FolderLock(self.path.parent)
-        if not folder.acquire():
-            raise RunDirError(
-                f"{self.path.parent} is being written by another dstbench run ({lock_holder(self.path.parent)}); "
-                "wait for it to finish or stop it, then resume"
-            )
+def _stamp(path: Path) -> tuple[tuple[int, int], ...]:
+    """Size and modification time of the folder's files (zeros for a missing one)."""
+    stamps = []
+    for name in (RESULTS_FILE, RUN_FILE, SUITE_FILE):
         try:
-            # Non-blocking: a FIFO planted as .lock fails to open (no reader) instead of waiting.
-            fd = open_no_follow(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK)
-        except OSError as exc:
-            folder.release()
-            if exc.errno == errno.ELOOP:
-                raise RunDirError(f"{self.path} is a symbolic link: dstbench never writes through one; remove it") from None
-            problem = regular_file_problem(self.path)
-            if problem:
-                raise RunDirError(f"{problem}; remove it") from None
-            raise
-        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n")
-        self._folder = folder
-        return self
-
-    def release(self) -> None:
-        if self._folder is not None:
-            self._folder.release()  # the .lock file stays, free for the next run
-            self._folder = None
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+            stat = (path / name).stat()
+            stamps.append((stat.st_size, stat.st_mtime_ns))
+        except OSError:
+            stamps.append((0, 0))
+    return tuple(stamps)
 
 
-def lock_holder(run_dir: str | Path) -> str:
-    """Who holds a run folder's lock, as its .lock file says ("unknown" when it says nothing)."""
-    try:
-        fd = open_no_follow(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return "unknown"
-    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as handle:
-        text = handle.read(500).strip() if os.fstat(handle.fileno()).st_size < 4096 else ""
-    return _describe_holder(text) if text else "unknown"
+class RunFolder:
+    """One run folder, read back: `meta` (run.json, typed), `stored_suite()` (its suite.yaml as plain
+    data) and `suite()` (validated), `lines()` (through the one rule for result lines), `loaded()`
+    (one row per line, as `load_frame`) and `frame(reference)` (derived). Each is read or computed
+    once per instance; `RunFolder.open(path)` shares one instance per folder while its files are
+    unchanged, so the parts of a command (a summary, its expectations, a report) read it once."""
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunFolder":
+        """The folder's reader, shared within this process while its files stay as they are (their
+        size and modification time): a command that summarises a run, judges its expectations and
+        writes its report reads and derives it once. A folder that changed gets a new reader."""
+        key = (str(Path(path).absolute()), _stamp(Path(path)))
+        folder = _OPEN.pop(key, None) or cls(path)
+        _OPEN[key] = folder  # most recent last
+        while len(_OPEN) > OPEN_LIMIT:
+            _OPEN.pop(next(iter(_OPEN)))
+        return folder
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._meta: dict[str, Any] | None = None
+        self._lines: list[dict[str, Any]] | None = None
+        self._loaded: pd.DataFrame | None = None
+        self._derived: dict[str, pd.DataFrame] = {}
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """run.json, typed (`load_run_meta`): {} when missing or unreadable."""
+        if self._meta is None:
+            self._meta = load_run_meta(self.path)
+        return self._meta
+
+    def update_meta(self, change: Callable[[dict[str, Any]], None], *, required: bool = True) -> dict[str, Any]:
+        """run.json edited by `change` and written back (`dstbench.results.run_files.update_run_meta`,
+        the one way it changes: hold the folder's `RunLock`)."""
+        self._meta = update_run_meta(self.path, change, required=required)
+        return self._meta
+
+    def stored_suite(self) -> dict[str, Any]:
+        """suite.yaml as plain data, unvalidated (no torch, no data); {} when unreadable."""
+        return stored_suite(self.path)
+
+    def suite(self) -> "SuiteConfig":
+        """The suite as the run recorded it, validated (`dstbench.suite.loading.load_suite`)."""
+        from dstbench.suite.loading import load_suite
+
+        return load_suite(self.path / SUITE_FILE)
+
+    @property
+    def reference(self) -> str | None:
+        """The `reference:` of the suite the run was made from."""
+        return run_reference(self.path)
+
+    def lines(self) -> list[dict[str, Any]]:
+        """The result lines as `dstbench.results.record.iter_results` reads them."""
+        if self._lines is None:
+            self._lines = list(iter_results(self.path))
+        return self._lines
+
+    def loaded(self) -> pd.DataFrame:
+        """One row per line (`dstbench.results.derive.load_frame`), before anything is derived."""
+        if self._loaded is None:
+            self._loaded = load_frame([self.path])
+        return self._loaded
+
+    def choose_reference(self, requested: str | None = None) -> tuple[str | None, str]:
+        return choose_reference(self.loaded(), [self.path], requested)
+
+    def frame(self, reference: str | None = None) -> pd.DataFrame:
+        """The derived frame against `reference` (default: the suite's, as `choose_reference`
+        picks it), computed once per reference; empty without lines. `ValueError` when a requested
+        reference is not among the methods."""
+        loaded = self.loaded()
+        if loaded.empty:
+            return loaded
+        chosen, problem = self.choose_reference(reference)
+        if chosen is None:
+            raise ValueError(problem)
+        return self.derived(chosen)
+
+    def derived(self, reference: str) -> pd.DataFrame:
+        """The lines derived against exactly `reference` (an expectation's `vs`, whatever the run's
+        reference), computed once per reference. Read it, never change it: it is shared."""
+        if reference not in self._derived:
+            self._derived[reference] = derive(self.loaded(), reference)
+        return self._derived[reference]
 
 
-def still_being_written(run_dir: str | Path) -> str:
-    """The sentence readers print for a run folder another process is writing (its writer lock held:
-    "... (pid N on HOST, since T)"), '' when none is."""
-    if not held_by_another(run_dir):
-        return ""
-    return f"{run_dir} is still being written by a dstbench run ({lock_holder(run_dir)})"
-
-
-def _describe_holder(text: str) -> str:
-    try:
-        holder = json.loads(text)
-        return f"pid {holder['pid']} on {holder['host']}, since {holder['started']}"
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return text[:200]
+def derived_frame(folders: list[RunFolder], reference: str | None = None) -> pd.DataFrame:
+    """The derived frame of one run (its `RunFolder.frame`) or of several side by side (their lines
+    loaded together, one reference chosen over them); `ValueError` as `RunFolder.frame`."""
+    if len(folders) == 1:
+        return folders[0].frame(reference)
+    loaded = load_frame([f.path for f in folders])
+    if loaded.empty:
+        return loaded
+    chosen, problem = choose_reference(loaded, [f.path for f in folders], reference)
+    if chosen is None:
+        raise ValueError(problem)
+    return derive(loaded, chosen)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from dstbench.results.replicates import frame_points
-from dstbench.results.run_folder import stored_suite
+from dstbench.results.run_files import stored_suite
 
 TARGET_SHARE = 0.99  # of the baseline's mean final top-1, without a target in the suite
 TARGET_COLUMNS = ("target_top1", "target_basis", "steps_to_target", "target_reached", "eval_period_steps")

@@ -1,7 +1,7 @@
 """Files as dstbench writes them: the run folder's file names, names made safe for a file system,
 atomic writes, unique folders, and the check an output path gets before a run.
 
-The run folder's files (read and written in `dstbench.results.run_folder`):
+The run folder's files (read in `dstbench.results.run_folder`, at the lowest level and locked in `dstbench.results.run_files`):
 
     RUN_DIR/suite.yaml      the suite as validated, every default filled in
     RUN_DIR/run.json        when, where and from which commit the run started

@@ -6,9 +6,11 @@ it calls an A/A pair or a +5% slowdown (inside the 10% band) a regression.
     python scripts/studies/power.py analyse reports/studies/power/runs --json reports/studies/power/study.json \
         --readme reports/studies/power/README.md
 
-`run` times `reports/studies/power/suite.yaml`: first `--baselines` baseline runs, each given
-`--baseline-sets` more process sets (`dstbench run --resume --more-processes`: a baseline must be
-narrower than what the gate should see); then, trial by trial, one current run per condition (A/A:
+`run` times `reports/studies/power/suite.yaml`: first `--baselines` baseline runs, each timed in
+`--sittings` sittings (its own run, then `--sitting-sets` more process sets per sitting with
+`dstbench run --resume --more-processes`, round-robin, a baseline's sittings at least
+`--sitting-gap-s` apart: each a session, `dstbench.results.sessions`, so `compare` sees the spread
+between sessions); then, trial by trial, one current run per condition (A/A:
 the suite as is; +5/10/15/25%: SET replaced by `planted_burn_set` under SET's label, burning that
 share of its segment time), each against baseline `trial mod --baselines`. Each current run is
 copied and the copy given `dstbench compare BASE COPY --decide` twice: at the default budget (as
@@ -18,7 +20,8 @@ line is in `trials.jsonl` is not run again: stop and start again freely.
 
 `analyse` recomputes every verdict from the run folders with today's `compare`: without `--decide`
 (the current run as timed), at 1x (the copy with only the first `--decide`'s sets) and at 3x (the
-copy whole). Measure on a quiet machine: nothing else running.
+copy whole); and where the spread between sessions shows (`session_figures`). Measure on a quiet
+machine: nothing else running.
 """
 
 from __future__ import annotations
@@ -101,13 +104,18 @@ def build_baselines(out: Path, count: int, sittings: int, sets: int, gap_s: floa
 
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    baselines = build_baselines(out / "baselines", args.baselines, args.sittings, args.sitting_sets, args.sitting_gap_s)
+    if args.baselines_from:  # another study's baselines, as they are
+        baselines = sorted(Path(args.baselines_from).glob("power-*/"))
+    else:
+        baselines = build_baselines(out / "baselines", args.baselines, args.sittings, args.sitting_sets, args.sitting_gap_s)
+    threshold = ["--time-threshold", f"{args.threshold:g}"]
+    conditions = args.conditions.split(",") if args.conditions else list(CONDITIONS)
     records = out / "trials.jsonl"
     done = {(r["trial"], r["condition"]) for r in _read(records)}
     with tempfile.TemporaryDirectory() as tmp:
-        suites = {name: planted_suite(Path(tmp), share) for name, share in CONDITIONS.items()}
+        suites = {name: planted_suite(Path(tmp), CONDITIONS[name]) for name in conditions}
         for trial in range(args.trials):
-            for condition in CONDITIONS:
+            for condition in conditions:
                 if (trial, condition) in done:
                     continue
                 base = baselines[trial % len(baselines)]
@@ -115,13 +123,13 @@ def run(args: argparse.Namespace) -> None:
                 current = _new_run(suites[condition], out / condition)
                 copy = out / f"{condition}-decided" / current.name
                 shutil.copytree(current, copy)
-                _dstbench("compare", str(base), str(copy), "--decide")
+                _dstbench("compare", str(base), str(copy), "--decide", *threshold)
                 first = len(json.loads((copy / "run.json").read_text()).get("added_process_sets") or [])
                 wall = json.loads((copy / "run.json").read_text()).get("timing_wall_s")
                 if wall:
-                    _dstbench("compare", str(base), str(copy), "--decide", "--decide-budget-s", str(2 * float(wall)))
+                    _dstbench("compare", str(base), str(copy), "--decide", "--decide-budget-s", str(2 * float(wall)), *threshold)
                 record = {"trial": trial, "condition": condition, "baseline": _rel(base, out), "current": _rel(current, out),
-                          "decided": _rel(copy, out), "first_decide_additions": first,
+                          "decided": _rel(copy, out), "first_decide_additions": first, "threshold": args.threshold,
                           "wall_s": round(time.perf_counter() - started, 1)}
                 with records.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
@@ -129,7 +137,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _rel(path: Path, root: Path) -> str:
-    return str(path.resolve().relative_to(root.resolve()))
+    return os.path.relpath(path.resolve(), root.resolve())
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -156,7 +164,7 @@ def verdicts(root: Path, record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     sides = {"plain": load_side(root / record["current"]), "decide_1x": one_x, "decide_3x": load_side(decided)}
     out = {}
     for state, side in sides.items():
-        comparison = compare_runs(base, side)
+        comparison = compare_runs(base, side, time_threshold=float(record.get("threshold", 10.0)))
         planted = next(c for c in comparison.cases if c.case == PLANTED).time
         assert planted is not None
         line = next(x for k, x in side.cases.items() if k[1] == "set")
@@ -241,9 +249,12 @@ def session_figures(root: Path) -> dict[str, Any]:
     }
 
 
-def study_figures(root: Path) -> dict[str, Any]:
+def table_figures(root: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each condition's verdicts in each state (the trials of `root`, at the band they were run
+    at), and the trial records."""
     records = _read(root / "trials.jsonl")
-    per: dict[str, dict[str, list[dict[str, Any]]]] = {c: {s: [] for s in STATES} for c in CONDITIONS}
+    conditions = [c for c in CONDITIONS if any(r["condition"] == c for r in records)]
+    per: dict[str, dict[str, list[dict[str, Any]]]] = {c: {s: [] for s in STATES} for c in conditions}
     for record in records:
         for state, figures in verdicts(root, record).items():
             per[record["condition"]][state].append(figures)
@@ -259,29 +270,63 @@ def study_figures(root: Path) -> dict[str, Any]:
                 "any_case_regressed": sum(bool(t["regressed"]) for t in trials),
                 "median_sets": sorted(t["sets"] for t in trials)[total // 2] if total else None,
             }
-    walls = [r["wall_s"] for r in records]
-    return {"trials": len(records), "baselines": len({r["baseline"] for r in records}), "table": table,
-            "wall_s_total": round(sum(walls), 1), "sessions": session_figures(root)}
+    return table, records
+
+
+def study_figures(root: Path, narrow: Path | None = None) -> dict[str, Any]:
+    """The study's figures: its table and where the spread between sessions shows; with `narrow`,
+    the trials run there at a narrower band against the same baselines (`run --baselines-from`)."""
+    table, records = table_figures(root)
+    study = {"trials": len(records), "baselines": len({r["baseline"] for r in records}), "table": table,
+             "wall_s_total": round(sum(r["wall_s"] for r in records), 1), "sessions": session_figures(root)}
+    if narrow is not None:
+        narrow_table, narrow_records = table_figures(narrow)
+        study["narrow"] = {"threshold": narrow_records[0]["threshold"], "trials": len(narrow_records), "table": narrow_table,
+                           "wall_s_total": round(sum(r["wall_s"] for r in narrow_records), 1)}
+    return study
 
 
 def readme(study: dict[str, Any]) -> str:
-    """The README's generated part: one row per (condition, state)."""
-    rows = ["| condition | gate | trials | regression [95% CI] | unchanged [95% CI] | inconclusive | any case called regression | median process sets of SET |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    """The README's generated part: one row per (band, condition, state), then the sessions table."""
+    rows = ["| band | condition | gate | trials | regression [95% CI] | unchanged [95% CI] | inconclusive | any case called regression | median process sets of SET |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     names = {"plain": "compare", "decide_1x": "--decide, 1x budget (default)", "decide_3x": "--decide, 3x budget"}
-    for condition, states in study["table"].items():
+    bands = [(10.0, study["table"])] + ([(study["narrow"]["threshold"], study["narrow"]["table"])] if "narrow" in study else [])
+    for threshold, table in bands:
+        rows += _table_rows(threshold, table, names)
+    rows += _session_rows(study["sessions"])
+    return "\n".join(rows) + "\n"
+
+
+def _table_rows(threshold: float, table: dict[str, Any], names: dict[str, str]) -> list[str]:
+    rows = []
+    for condition, states in table.items():
         for state, f in states.items():
             if not f["trials"]:
                 continue
             rows.append(
-                f"| {LABELS[condition]} | {names[state]} | {f['trials']} | {f['regression']} [{f['regression_ci95'][0]:.2f}, "
+                f"| +/-{threshold:g}% | {LABELS[condition]} | {names[state]} | {f['trials']} | {f['regression']} [{f['regression_ci95'][0]:.2f}, "
                 f"{f['regression_ci95'][1]:.2f}] | {f['unchanged']} [{f['unchanged_ci95'][0]:.2f}, {f['unchanged_ci95'][1]:.2f}] | "
                 f"{f['inconclusive']} | {f['any_case_regressed']} | {f['median_sets']} |")
-    return "\n".join(rows) + "\n"
+    return rows
+
+
+def _session_rows(sessions: dict[str, Any]) -> list[str]:
+    rows = ["", "| where | case over dense | runs | what it shows |", "| --- | --- | --- | --- |"]
+    for method, f in sessions["runs"].items():
+        rows.append(f"| the plain current runs (2 sets each, minutes apart) | {method.upper() if method == 'set' else 'RigL'} | "
+                    f"{f['runs']} | a run's own offset sd {f['sd_run']:.4f} (logs) beyond its sets' spread (sd {f['sd_sets']:.4f} per set) |")
+    for method, f in sessions["added_right_after"].items():
+        rows.append(f"| sets added right after a run (`--decide`) | {method.upper() if method == 'set' else 'RigL'} | {f['runs']} | "
+                    f"added over own {f['ratio']:.3f} (sd {f['sd']:.3f}) |")
+    gate = sessions["gate"]
+    rows.append(f"| `compare`'s estimate from each baseline's sittings | SET, RigL | {len(gate)} | sd "
+                + ", ".join(f"{g['sd']:.4f} ({g['df']} df)" for g in gate) + " |")
+    return rows
 
 
 def analyse(args: argparse.Namespace) -> None:
-    study = study_figures(Path(args.folder))
+    study = study_figures(Path(args.folder), Path(args.narrow) if args.narrow else None)
     table = readme(study)
     print(table)
     if args.json:
@@ -304,8 +349,12 @@ def main() -> int:
     runner.add_argument("--sittings", type=int, default=5, help="sessions each baseline is timed in (its own run the first)")
     runner.add_argument("--sitting-sets", type=int, default=2, help="process sets added in each later sitting")
     runner.add_argument("--sitting-gap-s", type=float, default=90.0, help="least time between a baseline's sittings")
+    runner.add_argument("--baselines-from", help="use the baselines in this folder (another study's) instead")
+    runner.add_argument("--threshold", type=float, default=10.0, help="compare's --time-threshold (the band, percent)")
+    runner.add_argument("--conditions", help="a comma-separated subset of " + ",".join(CONDITIONS))
     analyser = commands.add_parser("analyse")
     analyser.add_argument("folder")
+    analyser.add_argument("--narrow", help="the trials run at a narrower band against the same baselines")
     analyser.add_argument("--json")
     analyser.add_argument("--readme")
     args = parser.parse_args()

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import dstbench
-from dstbench.results.run_folder import RunDirError
+from dstbench.results.run_files import RunDirError
 from dstbench.suite.loading import SuiteError
 from tests.conftest import micro_suite
 from tests.launchers.fault_methods import PLUGIN

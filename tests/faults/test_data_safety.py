@@ -15,7 +15,7 @@ import yaml
 from dstbench.cli import main
 from dstbench.execution.orchestrator import resolve_run_dir, resume_command, write_run_files
 from dstbench.results.record import CaseResult, append_result, iter_results, read_results
-from dstbench.results.run_folder import RunDirError, RunLock, load_run_meta
+from dstbench.results.run_files import RunDirError, RunLock, load_run_meta
 from dstbench.suite.loading import load_suite
 from dstbench.util.files import LOCK_FILE
 from tests.conftest import micro_suite

@@ -15,7 +15,7 @@ import pytest
 
 import dstbench
 from dstbench.cli import main
-from dstbench.results.run_folder import RunDirError, RunLock
+from dstbench.results.run_files import RunDirError, RunLock
 from tests.faults.test_data_safety import suite_file
 from tests.launchers.fault_methods import PLUGIN
 

@@ -15,7 +15,7 @@ import yaml
 
 from dstbench.cli import main
 from dstbench.results.record import CaseResult, append_result, iter_results
-from dstbench.results.run_folder import RunDirError, RunLock
+from dstbench.results.run_files import RunDirError, RunLock
 from dstbench.util.files import LOCK_FILE, make_unique_dir, write_atomic
 from dstbench.execution.orchestrator import new_run_dir
 from tests.conftest import micro_suite

@@ -18,7 +18,7 @@ import pytest
 
 import dstbench
 from dstbench.cli import main
-from dstbench.results.run_folder import RunDirError, RunLock
+from dstbench.results.run_files import RunDirError, RunLock
 from dstbench.util.files import LOCK_FILE
 from tests.faults.processes import reap_all, wait_for_file
 from tests.faults.test_data_safety import stored_run
@@ -41,7 +41,7 @@ def writer(tmp_path: Path) -> Iterator[Path]:
     ready = tmp_path / "locked"
     code = textwrap.dedent(f"""
         import time
-        from dstbench.results.run_folder import RunLock
+        from dstbench.results.run_files import RunLock
         RunLock({str(run)!r}).acquire()
         open({str(ready)!r}, "w").write("locked")
         time.sleep(120)
@@ -65,7 +65,7 @@ def test_deleting_the_lock_file_does_not_let_a_second_writer_in(writer: Path, ca
 def test_resuming_a_run_being_written_exits_2_even_without_its_lock_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path, run_dir = stored_run(tmp_path)
     ready = tmp_path / "locked"
-    code = f"from dstbench.results.run_folder import RunLock; import time; RunLock({str(run_dir)!r}).acquire(); " \
+    code = f"from dstbench.results.run_files import RunLock; import time; RunLock({str(run_dir)!r}).acquire(); " \
            f"open({str(ready)!r}, 'w').write('x'); time.sleep(120)"
     process = subprocess.Popen([sys.executable, "-c", code])
     try:

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE_HASHES = {
     "barter_ablation.yaml": "8df520c8cf7d7a0d",
     "cpu_gate.yaml": "a30667aa2d4cfe89",
+    "cpu_time_gate.yaml": "0c1ae0c967337573",  # the power study's suite (reports/studies/power/suite.yaml)
     "cpu_kernels.yaml": "c5efe679cce81647",
     "cpu_kernels_vit_small.yaml": "96d80dfea59afd35",
     "cpu_smoke.yaml": "b28cec22a1c72e9c",
