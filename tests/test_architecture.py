@@ -227,3 +227,59 @@ def test_architecture_names_every_layer(path: str) -> None:
     for names in LAYERS:
         for name in names:
             assert f"`{name.replace('.', '/')}/`" in text or f"`{name}`" in text, name
+
+
+# Who reads a run folder's files (ARCHITECTURE.md, "The run folder"): `RunFolder` and the modules
+# it reads through, and the writers; every other module goes through `RunFolder`. Each says why.
+FOLDER_READERS = {
+    "dstbench.results.run_folder": "RunFolder, the reader",
+    "dstbench.results.run_files": "the files at the lowest level, under RunFolder",
+    "dstbench.results.record": "writes the lines, and is the one rule they are read by",
+    "dstbench.results.derive": "load_frame, which RunFolder.loaded reads through",
+    "dstbench.results.replicates": "the stored suite's first seed, for load_frame and RunFolder.first_seed",
+    "dstbench.results.pooling": "each run's first seed when seeds are pooled in a frame (below RunFolder)",
+    "dstbench.results.coverage": "what run.json says was asked for, and writes it there (record_cases)",
+    "dstbench.results.time_to_target": "a run's target top-1, read inside derive (below RunFolder)",
+    "dstbench.execution.orchestrator": "the writer: creates a run folder and reads the one it resumes, under its lock",
+    "dstbench.execution.more_sets": "a writer: adds process sets to a run, under its lock",
+    "dstbench.execution.group_lines": "a writer: joins a group's lines with the folder's, under its lock",
+    "dstbench.suite.loading": "tells a run folder's stored suite from a suite file (is_stored_suite)",
+}
+FOLDER_READING_CALLS = {
+    "load_run_meta", "stored_suite", "run_reference", "stored_seed", "iter_results", "read_results", "load_frame",
+    "update_run_meta", "write_run_meta",
+}
+FOLDER_FILES = {"RUN_FILE", "SUITE_FILE", "RESULTS_FILE"}
+FILE_OPENERS = {"read_text", "read_bytes", "open", "read_regular_text", "open_regular", "open_no_follow", "safe_load", "loads"}
+
+
+def _reads_a_run_folder(tree: ast.AST) -> list[str]:
+    """The calls of `tree` that read (or write run.json of) a run folder: a reader function, or a
+    file opened whose path names run.json, suite.yaml or results.jsonl."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name in FOLDER_READING_CALLS:
+            found.append(f"line {node.lineno}: {name}()")
+        elif name in FILE_OPENERS:
+            parts = [*node.args, *(kw.value for kw in node.keywords)]
+            if isinstance(node.func, ast.Attribute):
+                parts.append(node.func.value)
+            if any(isinstance(n, ast.Name) and n.id in FOLDER_FILES for part in parts for n in ast.walk(part)):
+                found.append(f"line {node.lineno}: {name}() of a run folder file")
+    return found
+
+
+def test_only_run_folder_reads_a_run_folder() -> None:
+    readers = {m: calls for m, p in MODULES.items() if m not in FOLDER_READERS
+               and (calls := _reads_a_run_folder(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert readers == {}, "read a run folder through dstbench.results.run_folder.RunFolder"
+    assert set(FOLDER_READERS) <= set(MODULES)  # no exception outlives its module
+
+
+def test_the_reader_check_sees_a_reader() -> None:
+    assert _reads_a_run_folder(ast.parse("meta = load_run_meta(path)")) == ["line 1: load_run_meta()"]
+    assert _reads_a_run_folder(ast.parse("x = yaml.safe_load((d / SUITE_FILE).read_text())")) != []
+    assert _reads_a_run_folder(ast.parse("print(d / RESULTS_FILE)")) == []  # a path printed is not read

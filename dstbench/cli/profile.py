@@ -125,7 +125,7 @@ def profile_override(suite_path: Path) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     from dstbench.suite.loading import SuiteError
-    from dstbench.results.record import iter_results
+    from dstbench.results.run_folder import RunFolder
     from dstbench.execution.orchestrator import run_suite
 
     console = Console(stderr=True, soft_wrap=True)
@@ -148,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
     except SuiteError as exc:
         console.print(clip(str(exc), 4000), style="red", highlight=False, markup=False)
         return EXIT_USAGE
-    lines = list(iter_results(run_dir))
+    lines = RunFolder.open(run_dir).lines()
     print("\n\n".join(format_profile(line, run_dir) for line in lines))
     print(f"\nresults: {run_dir / RESULTS_FILE}")
     failed = [l for l in lines if l.get("status") != "ok" or not l.get("profile") or "error" in l["profile"]]

@@ -24,7 +24,7 @@ def main(args: argparse.Namespace) -> int:
     # Loaded here, not at the top: the site needs pandas, jinja2 and the report sections.
     from dstbench.report.publish import publish
     from dstbench.report.site_manifest import SiteError
-    from dstbench.results.record import iter_results
+    from dstbench.results.run_folder import RunFolder
 
     try:
         require_results(args.run_dirs, finished=True)
@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
         return EXIT_USAGE
     # A run without one readable line (empty, or only a torn line) has nothing to show.
-    empty = [str(d) for d in args.run_dirs if next(iter_results(Path(d)), None) is None]
+    empty = [str(d) for d in args.run_dirs if not RunFolder.open(d).lines()]
     if empty:
         print(f"no readable result line in: {', '.join(empty)}", file=sys.stderr)
         return EXIT_USAGE

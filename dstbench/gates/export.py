@@ -15,8 +15,8 @@ from typing import Any
 
 from dstbench.suite.cases import case_id as make_case_id, line_keys
 from dstbench.util.extras import require
-from dstbench.results.record import iter_results, segment_samples
-from dstbench.results.run_files import load_run_meta
+from dstbench.results.record import segment_samples
+from dstbench.results.run_folder import RunFolder
 from dstbench.util.files import SUITE_FILE
 
 
@@ -95,10 +95,11 @@ def _pytest_benchmark_version() -> str:
 def export_run(run_dir: str | Path) -> tuple[dict[str, Any], list[str]]:
     """The pytest-benchmark document of a run, and the case ids left out (not ok, no samples)."""
     run_dir = Path(run_dir)
-    meta = load_run_meta(run_dir)
+    folder = RunFolder.open(run_dir)
+    meta = folder.meta
     suite_path = str(meta.get("suite_path") or run_dir / SUITE_FILE)
     benchmarks, skipped, env = [], [], {}
-    lines = list(iter_results(run_dir))
+    lines = folder.lines()
     for line, name in zip(lines, line_keys(lines)):  # each seed its own benchmark
         # A case with a null (NaN) sample is left out whole: its rounds would not be its segments.
         samples = segment_samples(line.get("segment_ms"))

@@ -12,7 +12,6 @@ import pandas as pd
 from dstbench.results.coverage import Coverage, run_coverage
 from dstbench.results.run_folder import RunFolder
 from dstbench.results.expectations import Outcome, check_run
-from dstbench.results.record import read_results
 from dstbench.suite.cases import line_keys
 from dstbench.suite.plan import expand_cases
 from dstbench.suite.schema import SuiteConfig
@@ -95,7 +94,7 @@ def judge_run(
     # as a folder without run.json does: an unfinished run never passes for lack of a record.
     incomplete_fails = coverage is not None and not coverage.complete and selection is None and not allow_incomplete
     hashes = (suite.setup_hash(), *(point.setup_hash() for _, point in suite.points)) if without_meta else ()
-    read = read_results(run_dir, hashes)
+    read = RunFolder.open(run_dir).results_read(hashes)
     case_ids = None if selection is None else [c.key for c in expand_cases(suite, *selection)]
     failed, judged = failed_case_list(frame, case_ids, seeded=suite.seeds is not None if case_ids is not None else None)
     return RunVerdict(

@@ -9,9 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dstbench.results.record import iter_results
-from dstbench.results.replicates import stored_seed
-from dstbench.results.run_files import RunDirError, load_run_meta, require_results, stored_suite
+from dstbench.results.run_folder import RunFolder
+from dstbench.results.run_files import RunDirError, require_results
 from dstbench.suite.cases import case_id, case_key
 from dstbench.util.files import RESULTS_FILE
 
@@ -96,21 +95,22 @@ def load_side(path: str | Path) -> Side:
         raise CompareInputError(f"{path}: not a run folder")
     try:
         require_results([path], finished=True)
-        meta = load_run_meta(path, required=True)
+        folder = RunFolder.open(path)
+        meta = folder.checked_meta()
     except RunDirError as exc:
         raise CompareInputError(str(exc)) from None
     cases: dict[Key, dict[str, Any]] = {}
-    run_seed = stored_seed(path)  # what a line without a seed ran with
-    for line in iter_results(path):
+    run_seed = folder.first_seed()  # what a line without a seed ran with
+    for line in folder.lines():
         cases[line_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
     if not cases:
         raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
-    return Side(path, meta, cases, timing=recorded_timing(path))
+    return Side(path, meta, cases, timing=recorded_timing(folder))
 
 
-def recorded_timing(path: Path) -> dict[str, Any]:
+def recorded_timing(folder: RunFolder) -> dict[str, Any]:
     """The `timing` section of the run folder's suite.yaml ({} without a readable one)."""
-    timing = stored_suite(path).get("timing")
+    timing = folder.suite_data().get("timing")
     return timing if isinstance(timing, dict) else {}
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 from dstbench.util.text import DASH
 from dstbench.report.sections import Table, register_table
 from dstbench.report.tables import ordered, run_label
-from dstbench.results.run_files import load_run_meta
+from dstbench.results.run_folder import RunFolder
 
 # The record's keys in reading order; keys not listed follow alphabetically.
 ENV_ORDER = (
@@ -47,7 +47,7 @@ def runs_table(derived: pd.DataFrame) -> Table | None:
         return None
     body = []
     for run in pd.unique(derived["run"]):
-        meta = load_run_meta(run)
+        meta = RunFolder.open(run).meta
         overrides = meta.get("overrides") or {}
         body.append(
             [run_label(run, derived["run"].unique()), _text(meta.get("suite")), _text(meta.get("created")), _text(meta.get("commit")),

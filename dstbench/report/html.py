@@ -24,7 +24,7 @@ from dstbench.report.compact_topology import empty_block_notes
 from dstbench.report.expectations import counts, coverage_notes, run_verdicts
 from dstbench.report.sections import Rendered, render_sections
 from dstbench.report.tables import render_table, run_label
-from dstbench.results.run_files import load_run_meta
+from dstbench.results.run_folder import RunFolder
 from dstbench.util.files import SUITE_FILE, write_atomic
 from dstbench.util.text import markdown_text
 
@@ -104,7 +104,7 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunInfo]:
     for run_dir in run_dirs:
         suite_path = Path(run_dir) / SUITE_FILE
         text = suite_path.read_text(encoding="utf-8") if suite_path.exists() else None
-        runs.append(RunInfo(run_label(run_dir, run_dirs), load_run_meta(run_dir), text))
+        runs.append(RunInfo(run_label(run_dir, run_dirs), RunFolder.open(run_dir).meta, text))
     return runs
 
 

@@ -29,7 +29,6 @@ from dstbench.results.derive import headline
 from dstbench.report.history import SiteRun, suite_histories
 from dstbench.report.site_manifest import SITE_PAGES, PublishedRun, SiteError, load_manifest, remove_published
 from dstbench.report.html import Link, build_page, devices, dstbench_version, environment, render_html
-from dstbench.results.record import iter_results
 from dstbench.results.run_folder import RunFolder
 from dstbench.util.dirlock import FolderLock
 from dstbench.util.files import RESULTS_FILE, RUN_FILES, named, slug, write_atomic
@@ -68,7 +67,7 @@ def _linked_files(run_dir: Path) -> list[str]:
     """Files inside the run folder that its result lines name (profiler traces, memory snapshots),
     so that a report's links to them still resolve in the site."""
     names = []
-    for line in iter_results(run_dir):
+    for line in RunFolder.open(run_dir).lines():
         profile = line.get("profile")
         for key in LINKED_FILE_KEYS:
             name = profile.get(key) if isinstance(profile, dict) else None

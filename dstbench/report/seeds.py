@@ -22,7 +22,7 @@ import pandas as pd
 
 from dstbench.report.sections import Table, register_table
 from dstbench.results.pooling import pool_seeds
-from dstbench.results.run_files import stored_suite
+from dstbench.results.run_folder import RunFolder
 from dstbench.util.files import SUITE_FILE
 
 SEED_METRICS = ("top1", "top5")
@@ -32,7 +32,7 @@ def seed_runs(run_dirs: Iterable[str | Path]) -> dict[str, int]:
     """`{run folder: seed}` for runs whose stored suites are equal except for `seed`, each seed once.
     Raises ValueError naming the first difference otherwise."""
     runs = [str(d) for d in run_dirs]
-    suites = {run: stored_suite(run) for run in runs}
+    suites = {run: RunFolder.open(run).suite_data() for run in runs}
     seeds: dict[str, int] = {}
     first = None
     for run, suite in suites.items():

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from dstbench.results.run_files import load_run_meta
+from dstbench.results.run_folder import RunFolder
 from dstbench.util.files import is_run_folder, is_within, read_regular_text, write_atomic
 
 MANIFEST_FILE = ".dstbench-site.json"
@@ -64,7 +64,7 @@ class SiteManifest:
 
 def _run_identity(folder: Path) -> tuple[str, ...] | None:
     """(run id, start time, suite hash) from run.json; None without a start time to tell it by."""
-    meta = load_run_meta(folder)
+    meta = RunFolder.open(folder).meta
     if "created" not in meta:
         return None
     return tuple(str(meta.get(key) or "") for key in ("run_id", "created", "suite_hash"))

@@ -24,7 +24,8 @@ from dstbench.report.seeds import format_mean_ci
 from dstbench.report.tables import ordered, pooled_text, run_label
 from dstbench.results.pooling import pool_seeds
 from dstbench.results.replicates import frame_points
-from dstbench.results.run_files import load_run_meta, setup_without_seed
+from dstbench.results.run_files import setup_without_seed
+from dstbench.results.run_folder import RunFolder
 from dstbench.results.time_to_target import target_text
 from dstbench.util.text import present
 
@@ -253,7 +254,7 @@ def workloads(runs: Any) -> dict[str, str]:
     found: dict[str, str] = {}
     named: list[tuple[dict[str, Any], str]] = []
     for run in dict.fromkeys(str(r) for r in runs):
-        unseeded = setup_without_seed(load_run_meta(run))
+        unseeded = setup_without_seed(RunFolder.open(run).meta)
         if unseeded is None:
             found[run] = run
             continue

@@ -13,13 +13,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from dstbench.suite.cases import case_id, case_key, line_case_id
 from dstbench.suite.groups import trained_line
 from dstbench.results.record import iter_results
-from dstbench.results.run_files import load_run_meta, update_run_meta
-from dstbench.util.files import SUITE_FILE
+from dstbench.results.run_files import load_run_meta, stored_suite, update_run_meta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,11 +118,11 @@ def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:
 
 def _from_suite(run_dir: Path, lines: list[dict[str, Any]]) -> list[PlannedCase] | None:
     """The cases of the stored suite, for run folders whose run.json predates `cases`."""
+    suite = stored_suite(run_dir)  # {} when unreadable
     try:
-        suite = yaml.safe_load((run_dir / SUITE_FILE).read_text(encoding="utf-8"))
         methods = [m if isinstance(m, dict) else {"name": m} for m in suite["methods"]]
         densities = [float(d) for d in suite["densities"]]
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         return None
     kinds = {str(line.get("method")): str(line.get("kind")) for line in lines}
     planned = []

@@ -394,16 +394,17 @@ def stored_expectations(run_dir: str | Path) -> tuple[list[Expectation], str] | 
     """The `expect:` list and `reference` of a run folder's stored suite, read without validating
     the rest of it (no torch, no data, no plugins: a report on another machine can still show
     them); None when the stored suite is missing or unreadable."""
-    import yaml
     from pydantic import ValidationError
 
-    from dstbench.util.files import SUITE_FILE
+    from dstbench.results.run_folder import RunFolder
 
+    data = RunFolder.open(run_dir).suite_data()  # {} when missing or unreadable
+    if not data:
+        return None
     try:
-        data = yaml.safe_load((Path(run_dir) / SUITE_FILE).read_text(encoding="utf-8"))
         expect = [Expectation.model_validate(item) for item in (data.get("expect") or [])]
         return expect, str(data.get("reference") or "")
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValidationError):
+    except (AttributeError, TypeError, ValidationError):
         return None
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import pandas as pd
 
 from dstbench.results.derive import derive, load_frame
-from dstbench.results.record import iter_results
+from dstbench.results.record import ResultsRead, iter_results, read_results
+from dstbench.results.replicates import stored_seed
 from dstbench.results.run_files import load_run_meta, run_reference, stored_suite, update_run_meta
 from dstbench.util.files import RESULTS_FILE, RUN_FILE, SUITE_FILE
 
@@ -63,7 +64,7 @@ def _stamp(path: Path) -> tuple[tuple[int, int], ...]:
 
 
 class RunFolder:
-    """One run folder, read back: `meta` (run.json, typed), `stored_suite()` (its suite.yaml as plain
+    """One run folder, read back: `meta` (run.json, typed), `suite_data()` (its suite.yaml as plain
     data) and `suite()` (validated), `lines()` (through the one rule for result lines), `loaded()`
     (one row per line, as `load_frame`) and `frame(reference)` (derived). Each is read or computed
     once per instance; `RunFolder.open(path)` shares one instance per folder while its files are
@@ -98,15 +99,31 @@ class RunFolder:
             self._meta = load_run_meta(self.path)
         return self._meta
 
+    def checked_meta(self) -> dict[str, Any]:
+        """run.json as `meta`, but a missing, unreadable or damaged one is a `RunDirError` (a gate
+        that judges the run must not judge it without its record)."""
+        self._meta = load_run_meta(self.path, required=True)
+        return self._meta
+
+    def results_read(self, hashes: tuple[str, ...] = ()) -> ResultsRead:
+        """Every line sorted into usable ones and what was left out, and why
+        (`dstbench.results.record.read_results`; `hashes` for a folder without run.json)."""
+        return read_results(self.path, hashes)
+
     def update_meta(self, change: Callable[[dict[str, Any]], None], *, required: bool = True) -> dict[str, Any]:
         """run.json edited by `change` and written back (`dstbench.results.run_files.update_run_meta`,
         the one way it changes: hold the folder's `RunLock`)."""
         self._meta = update_run_meta(self.path, change, required=required)
         return self._meta
 
-    def stored_suite(self) -> dict[str, Any]:
+    def suite_data(self) -> dict[str, Any]:
         """suite.yaml as plain data, unvalidated (no torch, no data); {} when unreadable."""
         return stored_suite(self.path)
+
+    def first_seed(self) -> int | None:
+        """The seed the stored suite names first (what a line written before lines named their
+        seed ran with); None when unreadable."""
+        return stored_seed(self.path)
 
     def suite(self) -> "SuiteConfig":
         """The suite as the run recorded it, validated (`dstbench.suite.loading.load_suite`)."""
