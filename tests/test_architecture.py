@@ -239,14 +239,14 @@ FOLDER_READERS = {
     "dstbench.results.replicates": "the stored suite's first seed, for load_frame and RunFolder.first_seed",
     "dstbench.results.pooling": "each run's first seed when seeds are pooled in a frame (below RunFolder)",
     "dstbench.results.coverage": "what run.json says was asked for, and writes it there (record_cases)",
-    "dstbench.results.time_to_target": "a run's target top-1, read inside derive (below RunFolder)",
+    "dstbench.results.time_to_target": "a run's target top-1 for a frame no RunFolder derived (RunFolder passes its own)",
     "dstbench.execution.orchestrator": "the writer: creates a run folder and reads the one it resumes, under its lock",
     "dstbench.execution.more_sets": "a writer: adds process sets to a run, under its lock",
     "dstbench.execution.group_lines": "a writer: joins a group's lines with the folder's, under its lock",
     "dstbench.suite.loading": "tells a run folder's stored suite from a suite file (is_stored_suite)",
 }
 FOLDER_READING_CALLS = {
-    "load_run_meta", "stored_suite", "run_reference", "stored_seed", "iter_results", "read_results", "load_frame",
+    "load_run_meta", "stored_suite", "run_reference", "stored_seed", "recorded_target", "iter_results", "read_results", "load_frame",
     "update_run_meta", "write_run_meta",
 }
 FOLDER_FILES = {"RUN_FILE", "SUITE_FILE", "RESULTS_FILE"}

@@ -24,7 +24,7 @@ than `MASKED_TOLERANCE` (it does dense's matmuls plus masking).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -168,7 +168,7 @@ def _speed_values(row: pd.Series, values: dict[str, Any]) -> None:
         values["noise_level"] = noise_level(values["spread"])
 
 
-def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
+def derive(frame: pd.DataFrame, reference: str, suite_targets: Mapping[str, float | None] | None = None) -> pd.DataFrame:
     """Add speedup (with its 95% CI and basis), memory reduction, byte ratios, FLOP limit, topology
     share, the case's own timing figures (segments, ms per step, spread, noise level, contended)
     and plausibility flags, `point`, each row's sweep point, and the steps its curve took to a
@@ -189,7 +189,7 @@ def derive(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
         out = pd.concat(parts).loc[frame.index]
     out["point"] = points
     out.attrs["reference"] = reference
-    return add_end_to_end(add_target_times(add_time_to_target(out))) if "run" in out else out
+    return add_end_to_end(add_target_times(add_time_to_target(out, suite_targets))) if "run" in out else out
 
 
 def _derive_point(frame: pd.DataFrame, reference: str) -> pd.DataFrame:

@@ -132,6 +132,22 @@ def stored_suite(run_dir: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def recorded_target(run_dir: str | Path) -> float | None:
+    """The `accuracy.target_top1` of the suite a run folder keeps, validated as the suite schema
+    validates it (`AccuracyConfig`: 0 < t <= 1); None where unset or invalid. The stored suite is the
+    one the run (or its last resume, whose `--set` changes it) was validated as, so the target read
+    here is today's: resolved when read, never frozen into the lines."""
+    from pydantic import ValidationError
+
+    from dstbench.suite.schema_sections import AccuracyConfig
+
+    accuracy = stored_suite(run_dir).get("accuracy")
+    try:
+        return AccuracyConfig.model_validate(accuracy if isinstance(accuracy, dict) else {}).target_top1
+    except ValidationError:
+        return None
+
+
 def run_reference(run_dir: str | Path) -> str | None:
     """The `reference:` of the suite a run was made from. The stored suite was validated with every
     default filled in, so its `reference` key is the one the run used."""

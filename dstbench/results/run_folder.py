@@ -18,7 +18,7 @@ import pandas as pd
 from dstbench.results.derive import derive, load_frame
 from dstbench.results.record import ResultsRead, iter_results, read_results
 from dstbench.results.replicates import stored_seed
-from dstbench.results.run_files import load_run_meta, run_reference, stored_suite, update_run_meta
+from dstbench.results.run_files import load_run_meta, recorded_target, run_reference, stored_suite, update_run_meta
 from dstbench.util.files import RESULTS_FILE, RUN_FILE, SUITE_FILE
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def choose_reference(frame: pd.DataFrame, run_dirs: Iterable[str | Path], reques
     return fallback, ""
 
 
+_UNREAD = object()
 OPEN_LIMIT = 8  # readers `RunFolder.open` keeps, the least recently opened dropped first
 
 
@@ -88,6 +89,7 @@ class RunFolder:
         self._lines: list[dict[str, Any]] | None = None
         self._loaded: pd.DataFrame | None = None
         self._derived: dict[str, pd.DataFrame] = {}
+        self._target: object = _UNREAD
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -124,6 +126,12 @@ class RunFolder:
         """The seed the stored suite names first (what a line written before lines named their
         seed ran with); None when unreadable."""
         return stored_seed(self.path)
+
+    def target_top1(self) -> float | None:
+        """The suite's `accuracy.target_top1` as validated (`run_files.recorded_target`), read once."""
+        if self._target is _UNREAD:
+            self._target = recorded_target(self.path)
+        return self._target  # type: ignore[return-value]
 
     def suite(self) -> "SuiteConfig":
         """The suite as the run recorded it, validated (`dstbench.suite.loading.load_suite`)."""
@@ -167,7 +175,7 @@ class RunFolder:
         """The lines derived against exactly `reference` (an expectation's `vs`, whatever the run's
         reference), computed once per reference. Read it, never change it: it is shared."""
         if reference not in self._derived:
-            self._derived[reference] = derive(self.loaded(), reference)
+            self._derived[reference] = derive(self.loaded(), reference, {str(self.path): self.target_top1()})
         return self._derived[reference]
 
 
@@ -182,4 +190,4 @@ def derived_frame(folders: list[RunFolder], reference: str | None = None) -> pd.
     chosen, problem = choose_reference(loaded, [f.path for f in folders], reference)
     if chosen is None:
         raise ValueError(problem)
-    return derive(loaded, chosen)
+    return derive(loaded, chosen, {str(f.path): f.target_top1() for f in folders})

@@ -20,14 +20,13 @@ Those steps in seconds, at the case's measured step time: `dstbench.results.targ
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from dstbench.results.replicates import frame_points
-from dstbench.results.run_files import stored_suite
+from dstbench.results.run_files import recorded_target
 
 TARGET_SHARE = 0.99  # of the baseline's mean final top-1, without a target in the suite
 TARGET_COLUMNS = ("target_top1", "target_basis", "steps_to_target", "target_reached", "eval_period_steps")
@@ -59,25 +58,19 @@ def steps_to_target(curve: Any, target: float) -> tuple[float, float]:
     return math.nan, period
 
 
-def stored_target(run_dir: str | Path) -> float | None:
-    """The `accuracy.target_top1` a run folder's suite names, read without validation; None unset."""
-    accuracy = stored_suite(run_dir).get("accuracy")
-    target = accuracy.get("target_top1") if isinstance(accuracy, dict) else None
-    return float(target) if isinstance(target, (int, float)) and 0 < target <= 1 else None
-
-
 def _final_top1_mean(rows: pd.DataFrame) -> float:
     values = pd.to_numeric(rows.loc[rows["status"] == "ok", "top1"], errors="coerce").dropna()
     return float(values.mean()) if len(values) else math.nan
 
 
-def targets(frame: pd.DataFrame) -> dict[tuple[str, str], tuple[float, str]]:
-    """The target of each (run, sweep point) and what it is: the suite's, else 99% of dense's mean
-    final top-1 there, else of the reference's; NaN with a reason where there is none."""
+def targets(frame: pd.DataFrame, suite_targets: Mapping[str, float | None] | None = None) -> dict[tuple[str, str], tuple[float, str]]:
+    """The target of each (run, sweep point) and what it is: the suite's (`suite_targets[run]`, as
+    `RunFolder.target_top1` resolves it; a run not given: `recorded_target`), else 99% of dense's
+    mean final top-1 there, else of the reference's; NaN with a reason where there is none."""
     points = frame_points(frame)
     found: dict[tuple[str, str], tuple[float, str]] = {}
     for (run, point), rows in frame.groupby([frame["run"].astype(str), points], sort=False):
-        suite_target = stored_target(run)
+        suite_target = suite_targets[run] if suite_targets is not None and run in suite_targets else recorded_target(run)
         if suite_target is not None:
             found[(run, point)] = (suite_target, f"top-1 {suite_target:g} (the suite's accuracy.target_top1)")
             continue
@@ -109,7 +102,7 @@ def trained(row: Any) -> bool:
     return str(row.get("mode")) in ("accuracy", "both")
 
 
-def add_time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
+def add_time_to_target(frame: pd.DataFrame, suite_targets: Mapping[str, float | None] | None = None) -> pd.DataFrame:
     """`frame` (one row per line, with `run`) with `target_top1`, `target_basis`, `steps_to_target`,
     `target_reached` and `eval_period_steps` per line. `target_reached` is True or False for a line
     that trained for accuracy (False for a failed or diverged one: a miss), None for a speed line."""
@@ -118,7 +111,7 @@ def add_time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
         for column in TARGET_COLUMNS:
             out[column] = pd.Series(dtype=object if column in ("target_basis", "target_reached") else float)
         return out
-    chosen = targets(frame)
+    chosen = targets(frame, suite_targets)
     points = frame_points(frame)
     columns: dict[str, list[Any]] = {column: [] for column in TARGET_COLUMNS}
     for index, row in frame.iterrows():

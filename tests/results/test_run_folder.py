@@ -39,9 +39,9 @@ def derives(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = derive_module.derive
 
-    def counting(frame: Any, reference: str) -> Any:
+    def counting(frame: Any, reference: str, *args: Any) -> Any:
         calls.append(reference)
-        return real(frame, reference)
+        return real(frame, reference, *args)
 
     for module in (run_folder_module, expectations_module):
         monkeypatch.setattr(module, "derive", counting)
@@ -115,3 +115,11 @@ def test_run_json_changes_through_update_meta_and_a_damaged_one_is_never_rewritt
     with pytest.raises(RunDirError, match="unreadable"):
         folder.update_meta(lambda meta: meta.update(note="again"))
     assert (run / "run.json").read_text() == "{damaged"
+
+
+def test_the_target_comes_validated_from_the_folder(tmp_path: Path) -> None:
+    suite = micro_suite(methods=["dense"], densities=[0.5], reference="dense", accuracy={"target_top1": 0.42})
+    run = write_run(tmp_path / "run", [line("dense", 1.0)], suite)
+    assert RunFolder(run).target_top1() == 0.42
+    suite["accuracy"]["target_top1"] = 4.2  # not a top-1: refused as the schema refuses it
+    assert RunFolder(write_run(tmp_path / "bad", [line("dense", 1.0)], suite)).target_top1() is None
