@@ -77,15 +77,13 @@ def side_summaries(side: Side, basis: str) -> list[UnitSummary]:
     return [s for key, line in side.cases.items() if line.get("status") == "ok" and (s := case_summary(side, key, basis))]
 
 
-def side_between(side: Side, basis: str) -> BetweenProcesses:
-    """The run's between-process variance on this basis, pooled over its ok cases (within sessions)."""
-    return pool_between(side_summaries(side, basis))
-
-
-def runs_sessions(sides: list[tuple[Side, BetweenProcesses]], basis: str) -> BetweenSessions:
-    """The session-to-session variance on this basis, pooled over both runs' ok cases: a machine's,
+def spreads(sides: list[Side], basis: str) -> tuple[list[BetweenProcesses], BetweenSessions]:
+    """Each run's between-process variance on this basis, pooled over its ok cases (within
+    sessions), and the session-to-session variance pooled over every run's ok cases: a machine's,
     like the process offsets, and seen only in a run whose units span sessions (the baseline)."""
-    return pool_sessions((summary, between) for side, between in sides for summary in side_summaries(side, basis))
+    summaries = [side_summaries(side, basis) for side in sides]
+    between = [pool_between(s) for s in summaries]
+    return between, pool_sessions((summary, b) for s, b in zip(summaries, between) for summary in s)
 
 
 def side_contended(line: dict[str, Any], units: UnitSamples | None) -> bool:
@@ -148,8 +146,9 @@ def time_verdicts(
     case's own change of time (absolute basis, current / baseline) for `reference_shifts`. Under the
     relative basis dense, the reference, is judged on its own times. `protocol_change`: the sides
     were timed under different protocols, so every verdict is inconclusive, saying this."""
-    pooled = {b: (side_between(baseline, b), side_between(current, b)) for b in ("relative", "absolute")}
-    sessions = {b: runs_sessions([(baseline, pooled[b][0]), (current, pooled[b][1])], b) for b in pooled}
+    found = {b: spreads([baseline, current], b) for b in ("relative", "absolute")}
+    pooled = {b: (between[0], between[1]) for b, (between, _) in found.items()}
+    sessions = {b: spread for b, (_, spread) in found.items()}
     verdicts: dict[Key, TimeVerdict] = {}
     own: dict[Key, float] = {}
     for key in keys:

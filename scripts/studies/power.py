@@ -213,7 +213,7 @@ def session_figures(root: Path) -> dict[str, Any]:
     import statistics
 
     from dstbench.gates.sides import load_side
-    from dstbench.gates.time_compare import runs_sessions, side_between
+    from dstbench.gates.time_compare import spreads
 
     def random_effects(groups: list[list[float]]) -> dict[str, Any]:
         n = [len(g) for g in groups]
@@ -239,7 +239,7 @@ def session_figures(root: Path) -> dict[str, Any]:
     gate = []
     for base in sorted((root / "baselines").glob("power-*/")):
         side = load_side(base)
-        pooled = runs_sessions([(side, side_between(side, "relative"))], "relative")
+        pooled = spreads([side], "relative")[1]
         gate.append({"baseline": base.name, "sd": round(math.sqrt(pooled.variance), 4), "df": pooled.df})
     return {
         "runs": {m: random_effects(g) for m, g in runs.items() if len(g) >= 2},
