@@ -10,6 +10,8 @@ Stable Python API (`dstbench.api` for runs, `dstbench.methods` and `dstbench.dst
     list_methods() -> list[str]
     create_method(name, model, *, density, total_steps, optimizer, **params) -> Method
     register_method(name, kind=...)  class decorator for new methods
+    register_tracker(name)           class decorator for new metrics (a `Tracker`: dstbench.measure.trackers.base)
+    Tracker, ResultField             a metric's base class and how it declares a result field
     Method, SegmentStats             the base class every method derives from, and what a segment returns
     MaskedMethod                     the masked engine's base class (`dstbench.dst.masked`)
 
@@ -31,6 +33,9 @@ _API = {
     "list_methods": "dstbench.methods",
     "method_info": "dstbench.methods",
     "register_method": "dstbench.dst.registry",
+    "register_tracker": "dstbench.measure.trackers.registry",
+    "Tracker": "dstbench.measure.trackers.base",
+    "ResultField": "dstbench.measure.trackers.base",
     "Comparison": "dstbench.api",
     "Run": "dstbench.api",
     "RunFailed": "dstbench.api",

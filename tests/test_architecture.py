@@ -283,3 +283,25 @@ def test_the_reader_check_sees_a_reader() -> None:
     assert _reads_a_run_folder(ast.parse("meta = load_run_meta(path)")) == ["line 1: load_run_meta()"]
     assert _reads_a_run_folder(ast.parse("x = yaml.safe_load((d / SUITE_FILE).read_text())")) != []
     assert _reads_a_run_folder(ast.parse("print(d / RESULTS_FILE)")) == []  # a path printed is not read
+
+
+# -- a metric is one module ------------------------------------------------------------------------
+def test_no_tracker_is_named_where_cases_run() -> None:
+    """The case session and the launchers drive every registered tracker through the registry:
+    a new tracker needs no edit there."""
+    from dstbench.measure.trackers import registered_trackers
+
+    classes = {tracker.__name__ for tracker in registered_trackers()}
+    drivers = [m for m in MODULES if m == "dstbench.execution.case_session" or m.startswith("dstbench.execution.launchers.")]
+    assert "dstbench.execution.case_session" in drivers and len(drivers) > 5
+    named = {m: sorted(classes & (_used_names(MODULES[m]) | _imported_names(MODULES[m]))) for m in drivers}
+    assert {m: n for m, n in named.items() if n} == {}
+
+
+def _used_names(path: Path) -> set[str]:
+    return {node.id for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Name)}
+
+
+def _imported_names(path: Path) -> set[str]:
+    return {alias.asname or alias.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ImportFrom) for alias in node.names}

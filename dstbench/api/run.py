@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from dstbench.results.run_folder import RunFolder
     from dstbench.suite.schema import SuiteConfig
 
-# What `Run.frame()` shows by default, in this order (`all_columns=True`: every line field and
-# derived figure). Columns a run lacks (no accuracy, no sweep) are left out.
+# What `Run.frame()` shows by default, in this order, before the trackers' fields (`frame_columns`;
+# `all_columns=True`: every line field and derived figure). Columns a run lacks (no accuracy, no
+# sweep) are left out.
 FRAME_COLUMNS = (
     "case_id", "method", "method_name", "kind", "execution", "density", "density_achieved", "density_off_target",
     "sweep", "seed", "seeds", "failed_seeds", "status", "error", "median_ms", "iqr_ms", "ms_per_step", "images_per_s", "reference", "speedup",
@@ -29,6 +30,19 @@ FRAME_COLUMNS = (
     "time_to_target_speedup_vs_dense", "time_to_target_speedup_vs_dense_ci_low", "time_to_target_speedup_vs_dense_ci_high",
     "train_time_to_target_s", "noise_level", "contended", "implausible", "run",
 )
+
+
+def frame_columns() -> tuple[str, ...]:
+    """`FRAME_COLUMNS`, then every registered tracker's field that fits a cell (a number, a string,
+    a flag: `ResultField.scalar`) and is not among them, in the trackers' order: a new tracker's
+    figures reach the frame from its own module."""
+    from dstbench.measure.trackers.registry import registered_trackers
+
+    listed = set(FRAME_COLUMNS)
+    added = [spec.name for tracker in registered_trackers() for spec in tracker.fields if spec.scalar and spec.name not in listed]
+    return (*FRAME_COLUMNS, *added)
+
+
 # `Run.curves()`: the case, then each evaluation's own fields as the curve names them.
 CURVE_COLUMNS = ("case_id", "method", "density", "seed", "epoch", "step", "top1", "top5", "test_loss", "train_loss", "lr",
                  "curve_density", "train_time_s", "topology_updates")
@@ -100,12 +114,20 @@ class Run:
         `top1_ci_high` (95% Student-t interval; NaN with one seed), `top1_std`, and `top1_drop`
         (dense's top-1 minus the case's, paired by seed) with its interval; a case is `ok` when
         every seed is (`failed_seeds`); its other figures are its first seed's
-        (`dstbench.results.pooling.pool_seeds`). `per_seed=True`: one row per (case, seed), each
-        figure that seed's own, as `dstbench report` computes them (speedups against the same seed's
+        (`dstbench.results.pooling.pool_seeds`). Then every registered tracker's field that fits a
+        cell (`frame_columns`; a plugin's once its module is imported: the suite's `plugins:` are,
+        where this Python finds them), a row pooled over seeds showing each as its field declares
+        (`ResultField.over_seeds`). `per_seed=True`: one row per (case, seed), each figure that
+        seed's own, as `dstbench report` computes them (speedups against the same seed's
         reference)."""
         from dstbench.results.pooling import pool_seeds
 
-        derived = self.folder().frame(reference)
+        folder = self.folder()
+        try:
+            folder.suite()  # imports the run's plugins, so their trackers' fields are columns
+        except Exception:  # noqa: BLE001 - a suite this version cannot read still has its lines
+            pass
+        derived = folder.frame(reference)
         if derived.empty:
             return derived
         derived = derived.reset_index(drop=True)
@@ -113,7 +135,7 @@ class Run:
             derived = pool_seeds(derived).drop(columns=["seed"], errors="ignore")  # a row is every seed's
         if all_columns:
             return derived
-        return derived[[c for c in FRAME_COLUMNS if c in derived.columns]]
+        return derived[[c for c in frame_columns() if c in derived.columns]]
 
     def ranking(self, density: float, *, alpha: float = 0.05, point: str | None = None) -> "pd.DataFrame":
         """The cases at `density` (and dense) ordered by mean top-1 over their seeds, with a compact

@@ -243,20 +243,25 @@ def command_list() -> str:
 
 # -- result fields and exit codes ------------------------------------------------------------------
 def result_fields() -> str:
-    """Every field of a result line: type, meaning, and how it merges across groups and ranks."""
-    from dstbench.measure.trackers.base import declared_fields
-    from dstbench.results.record import SCHEMA_VERSION, STATUSES, CaseResult
+    """Every field of a result line: type, unit, meaning, how it aggregates over the timed segments
+    and over seeds, which way is better, and how it merges across groups and ranks."""
+    from dstbench.measure.trackers.base import SEED_AGGREGATES, SEGMENT_AGGREGATES
+    from dstbench.results.record import SCHEMA_VERSION, STATUSES, result_fields as line_fields
 
-    rows = [[f"`{spec.name}`", type_text(spec.type), spec.doc, spec.groups.name,
-             spec.ranks.name + ("; listed per rank in `ranks`" if spec.per_rank else "")]
-            for spec in declared_fields(CaseResult)]
-    undocumented = [row[0] for row in rows if not row[2].strip()]
+    rows = [[f"`{spec.name}`", type_text(spec.type), spec.unit or "", spec.doc, spec.over_segments, spec.over_seeds,
+             spec.better or "", spec.groups.name, spec.ranks.name + ("; listed per rank in `ranks`" if spec.per_rank else "")]
+            for spec in line_fields()]
+    undocumented = [row[0] for row in rows if not row[3].strip()]
     if undocumented:
         raise ReferenceProblem(f"result fields without a doc: {', '.join(undocumented)}")
     intro = (f"A line of schema version {SCHEMA_VERSION}; `status` is one of "
              + ", ".join(f"`{s}`" for s in STATUSES) + ". The merge rules say how a case's lines combine when it "
              "was timed in several interleaved groups (dense) or ran on several ranks (torchrun).")
-    return intro + "\n\n" + _table(["field", "type", "meaning", "across groups", "across ranks"], rows)
+    legend = ("Over segments: " + "; ".join(f"`{k}` {v}" for k, v in SEGMENT_AGGREGATES.items())
+              + ". Over seeds (a row of `Run.frame()` pooled over a case's seeds): "
+              + "; ".join(f"`{k}` {v}" for k, v in SEED_AGGREGATES.items()) + ".")
+    return intro + "\n\n" + legend + "\n\n" + _table(
+        ["field", "type", "unit", "meaning", "over segments", "over seeds", "better", "across groups", "across ranks"], rows)
 
 
 def exit_codes() -> str:

@@ -15,7 +15,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import time
 import traceback
 from pathlib import Path
@@ -34,21 +33,9 @@ from dstbench.util.device import synchronize
 from dstbench.results.divergence import DIVERGED, divergence
 from dstbench.results.record import CaseResult
 from dstbench.suite.loading import parse_suite
-from dstbench.measure.trackers import (
-    ActivationCounter,
-    AllocatorPeak,
-    CompileRecord,
-    EnergyMeter,
-    FlopCounter,
-    NoiseRecord,
-    RankPlacement,
-    RssPeak,
-    SegmentTimer,
-    SegmentTimes,
-    StateBytes,
-    Tracker,
-    TrainingStats,
-)
+from dstbench.measure.clock import SegmentTimer
+from dstbench.measure.trackers.base import CASE, SEGMENT, UNTIMED, WARMUP, CaseContext, SegmentOutcome, Tracker
+from dstbench.measure.trackers.registry import registered_trackers
 from dstbench.util.threads import affinity_cores, resolve_threads, use_threads
 from dstbench.measure.hand_over import HandOver
 from dstbench.measure.trackers.memory import current_rss_bytes
@@ -82,18 +69,22 @@ class SegmentTag:
 
 class CaseSession:
     """One case inside its process, driven step by step by the launcher
-    (docs/concepts/measurement.md): `open` builds the method and warms up (the first warm-up step counts FLOPs and
-    saved activations), `segment` times one segment with its noise sample, `finish` computes the
-    remaining figures (memory, density, extras; the accuracy track and the profile when enabled)
-    and returns the result. Raises on failure; `execute_case` and the launchers turn that into a
-    status. Trackers that span the timed segments (allocator and RSS peaks) are entered in `open`
-    and left in `finish`: they are per process, so cases interleaved in other processes do not
-    touch them. The line is assembled from the trackers: each writes the fields it declares."""
+    (docs/concepts/measurement.md): `open` builds the method and warms up, `segment` times one
+    segment, `finish` computes the remaining figures (the accuracy track and the profile when
+    enabled) and returns the result. Raises on failure; `execute_case` and the launchers turn that
+    into a status.
+
+    The figures come from every registered tracker (`dstbench.measure.trackers.registry`), in their
+    order, each in the phases it declares (`Tracker.runs`): around the first warm-up step, around
+    untimed training (the rest of the warm-up, catch-up, settling), in one window over all the
+    timed segments (entered before the first, left in `finish`: a per-process figure such as a peak
+    is only this case's when no other case runs in its process) and around each timed segment,
+    outside the segment's clock. Each writes the fields it declares into the line."""
 
     def __init__(self, task: CaseTask, progress: Progress | None = None) -> None:
         self.task = task
         self.progress = progress or (lambda stage, done, total: None)
-        self.suite = parse_suite(task.suite, task.suite_path)
+        self.suite = parse_suite(task.suite, task.suite_path)  # imports the suite's plugins: their trackers register
         self.case = Case.from_dict(task.case)
         self.threads = resolve_threads(self.suite.threads)
         self.result = base_result(self.suite, self.case)
@@ -102,18 +93,36 @@ class CaseSession:
         self.segments = (self.suite.timing.segments if task.rounds is None else task.rounds) if self.timed else 0
         self.method: Method | None = None
         self.batches: Any = None
-        # torch.compile's options (None: eager) and what compiling cost (compiled after the first
-        # warm-up step, which counts FLOPs and activations eagerly).
-        self._compile = CompileRecord(self.suite.compile.options() if self.suite.compile.enabled else None)
-        self._spanning = contextlib.ExitStack()  # the trackers entered in `open` and left in `finish`
-        self._spanning_energy = False
+        self.trackers: list[Tracker] = []
+        self._spanning = contextlib.ExitStack()  # the windows entered before the first timed segment, left in `finish`
+        self._case_open = False
+        self._timed_segments = 0  # this process set's, so far
         self._hand_over = HandOver(self.suite.timing.hand_over == "parked")
+
+    def _build_trackers(self, context: CaseContext) -> None:
+        for tracker_type in registered_trackers():
+            if context.timed or tracker_type.untimed_cases:
+                tracker = tracker_type.for_case(context)
+                if tracker is not None:
+                    self.trackers.append(tracker)
+
+    def _windows(self, phase: str, open_one: Any) -> contextlib.ExitStack:
+        """The windows of every tracker that runs in `phase`, entered in order (a later one inside)."""
+        stack = contextlib.ExitStack()
+        try:
+            for tracker in self.trackers:
+                if phase in tracker.runs:
+                    stack.enter_context(open_one(tracker))
+        except BaseException:
+            stack.close()
+            raise
+        return stack
 
     def open(self) -> dict[str, Any]:
         """Build and warm up; returns what the launcher's scheduler needs (device, CUDA memory)."""
         suite, result = self.suite, self.result
         self._started = time.perf_counter()
-        self._rss_baseline = current_rss_bytes()
+        rss_baseline = current_rss_bytes()
         self.device = device = resolve_device(suite.device)
         result.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         result.device = str(device)
@@ -122,103 +131,80 @@ class CaseSession:
             "affinity_cores": affinity_cores(),
             "gpu_before": gpu_snapshot(device),
         }
-        if distributed.is_distributed():
-            # A rank's own line; the launcher merges the ranks' lines into the case's.
-            placement = RankPlacement(distributed.world_size(), distributed.rank(), distributed.local_rank(), socket.gethostname())
-            placement.write(result)
         ready: dict[str, Any] = {"device_type": device.type, "segments": self.segments, "memory": None}
+        context = CaseContext(suite, self.case, device, self.threads, rss_baseline_bytes=rss_baseline)
         if not self.timed:
+            self._build_trackers(context)
             return ready
         timing = suite.timing
         self.method = method = build_method(suite, self.case, device, timing.schedule_steps)
         self.batches, data_loading = speed_batches(suite, method.model, device, self.case.run_seed(suite.seed))
-        flops, activations = FlopCounter(), ActivationCounter(method.model)
-        with flops, activations:
-            method.train_segment(self.batches, 1)
-        if self._compile.options is not None:
-            cache = compile_method(method, self._compile.options)
+        context.method, context.data_loading = method, data_loading
+        self._build_trackers(context)
+        with self._windows(WARMUP, lambda tracker: tracker.warmup()):
+            method.train_segment(self.batches, 1)  # eagerly: FLOPs and saved activations are counted here
+        if suite.compile.enabled:
+            cache = compile_method(method, suite.compile.options())
             self._spanning.callback(shutil.rmtree, cache, ignore_errors=True)  # after the timed segments
-        with self._compile.untimed():  # the warm-up absorbs the first compilation (validation: >= 2 steps)
+        with self._windows(UNTIMED, lambda tracker: tracker.untimed()):  # the warm-up absorbs the first compilation
             if timing.warmup_steps > 1:
                 method.train_segment(self.batches, timing.warmup_steps - 1)
             if first := self.task.first_round:
                 # A later process set trains, untimed, the steps the earlier sets' rounds timed, so its
                 # round r covers the same training steps (and scheduled updates) as in one process.
                 method.train_segment(self.batches, first * timing.segment_steps)
-        if self._compile.enabled and not self._compile.untimed_graphs:
-            raise RuntimeError(f"compile: torch compiled no graph of {self.case.method}'s model in its warm-up; it would train eagerly")
         self.progress("warmup", timing.warmup_steps, timing.warmup_steps)
         synchronize(device)
-        flops.write(result)
-        activations.write(result)
         if device.type == "cuda":
             free, total = torch.cuda.mem_get_info(device)
             footprint = int(torch.cuda.max_memory_reserved(device)) + CUDA_CONTEXT_ALLOWANCE_BYTES
             ready["memory"] = {"footprint_bytes": footprint, "free_bytes": int(free), "total_bytes": int(total)}
-        self._allocator = self._spanning.enter_context(AllocatorPeak(device))
-        self._rss = self._spanning.enter_context(RssPeak(self._rss_baseline))
-        self._energy = EnergyMeter(device)
-        self._noise = NoiseRecord(device, self.threads)
-        self._times = SegmentTimes(timing.segment_steps, suite.batch_size)
-        self._training = TrainingStats(method, data_loading)
         return ready
 
     def segment(self, tag: SegmentTag | None = None) -> dict[str, Any]:
-        """Time one segment; returns its milliseconds, start time and noise sample."""
+        """Time one segment; returns its milliseconds, start time and what the trackers add (the
+        noise sample)."""
         assert self.method is not None, "segment() before open() or in an accuracy-only case"
         tag = tag or SegmentTag()
         # Interleaved with other processes, the next case's segment waits for this one's threads to
         # park (dstbench.measure.hand_over); alone or in one process, the threads are its own.
         interleaved = bool(set(tag.group_pids) - {os.getpid()})
+        steps = self.suite.timing.segment_steps
         if tag.settle:
-            with self._compile.untimed(), SegmentTimer(self.device) as timer:
-                self.method.train_segment(self.batches, self.suite.timing.segment_steps)
-            self._times.add_settle(timer.elapsed_ms)
+            with self._windows(UNTIMED, lambda tracker: tracker.untimed()), SegmentTimer(self.device) as timer:
+                stats = self.method.train_segment(self.batches, steps)
+            outcome = SegmentOutcome(timer.elapsed_ms, time.time(), tag, stats, self.method,
+                                     report={"ms": timer.elapsed_ms, "settle": True})
+            for tracker in self.trackers:
+                tracker.add_settle(outcome)
             if interleaved:
                 self._hand_over.wait()
-            return {"ms": timer.elapsed_ms, "settle": True}
-        index = self._times.count
-        if index == 0:
-            # Alone on the device, one energy window spans every segment; interleaved, the group's
-            # other cases run between this one's segments, so each segment is its own window.
-            self._spanning_energy = len(set(tag.group_pids) - {os.getpid()}) == 0
-            if self._spanning_energy:
-                self._spanning.enter_context(self._energy)  # left with the peaks, in `finish`
+            return outcome.report
+        if not self._case_open:
+            self._case_open = True
+            self._spanning.enter_context(self._windows(CASE, lambda tracker: tracker.case(tag)))  # left in `finish`
         started = time.time()
-        with self._compile.segment(), self._noise.segment(tag.group_pids) as noise:
-            with contextlib.nullcontext() if self._spanning_energy else self._energy:
-                with SegmentTimer(self.device) as timer:
-                    stats = self.method.train_segment(self.batches, self.suite.timing.segment_steps)
-        self._compile.charge(self.method.topology_updates)
-        noise.sample["hand_over_ms"] = self._hand_over.wait() if interleaved else None
-        self._noise.add(noise)
-        self._training.add(stats)
-        self._times.add(timer.elapsed_ms, started, tag.group, tag.round, tag.process, tag.slot)
+        with self._windows(SEGMENT, lambda tracker: tracker.segment(tag)), SegmentTimer(self.device) as timer:
+            stats = self.method.train_segment(self.batches, steps)
+        hand_over_ms = self._hand_over.wait() if interleaved else None
+        outcome = SegmentOutcome(timer.elapsed_ms, started, tag, stats, self.method, hand_over_ms,
+                                 report={"ms": timer.elapsed_ms, "start_s": started})
+        for tracker in self.trackers:
+            if SEGMENT in tracker.runs:
+                tracker.add(outcome)
+        self._timed_segments += 1
         # Counted over every process set's rounds: a later set goes on from where the earlier stopped.
-        self.progress("segment", self.task.first_round + index + 1, self.suite.timing.segments)
-        return {"ms": timer.elapsed_ms, "start_s": started, "noise": noise.sample}
-
-    def _speed_figures(self) -> None:
-        assert self.method is not None
-        self._spanning.close()  # allocator and RSS peaks (and a spanning energy window) over the segments
-        # In this order: energy divides by the timed steps; the training state is read before the
-        # method's density and extras; the contention warning comes last.
-        trackers: tuple[Tracker, ...] = (
-            self._times, self._energy, self._allocator, self._rss, StateBytes(self.method), self._training, self._noise,
-            self._compile,
-        )
-        for tracker in trackers:
-            tracker.write(self.result)
-        if warning := self._hand_over.warning():
-            self.result.warnings.append(warning)
+        self.progress("segment", self.task.first_round + self._timed_segments, self.suite.timing.segments)
+        return outcome.report
 
     def finish(self) -> CaseResult:
         """The remaining figures and the result (the process may exit after it)."""
         suite, result, device = self.suite, self.result, self.device
-        if self.timed:
-            self._speed_figures()
-        else:
-            self._compile.write(self.result)  # the options an accuracy-only case trained under
+        self._spanning.close()  # the windows over all the segments (peaks, a spanning energy window)
+        for tracker in self.trackers:
+            tracker.write(result)
+        if self.timed and (warning := self._hand_over.warning()):
+            result.warnings.append(warning)
         # The accuracy track and the profile run once per case: in its last process set; in a
         # `mode: both` run the training phase trains and the timing phase profiles.
         phase = self.task.phase
@@ -246,7 +232,7 @@ class CaseSession:
         return result
 
     def close(self) -> None:
-        """Leave the trackers (a case that failed half way)."""
+        """Leave the trackers' windows (a case that failed half way)."""
         self._spanning.close()
 
 

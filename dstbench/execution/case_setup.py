@@ -19,7 +19,7 @@ import dstbench.methods as catalog
 from dstbench.suite.cases import Case
 from dstbench.suite.schema import SuiteConfig
 from dstbench.dst.method_base import Method
-from dstbench.results.record import CaseResult
+from dstbench.results.record import CaseResult, line_type
 from dstbench.suite.loading import parse_suite
 from dstbench.models.timm_models import create_model
 
@@ -111,7 +111,7 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
 
 
 def base_result(suite: SuiteConfig, case: Case) -> CaseResult:
-    return CaseResult(
+    return line_type()(  # with a plugin's tracker fields when the suite's plugins registered some
         suite=suite.name,
         suite_hash=suite.setup_hash(),
         case_id=case.case_id,

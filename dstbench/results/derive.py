@@ -33,7 +33,7 @@ from dstbench.util.text import ci_text, present
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.intervals import BetweenProcesses, starved_flags
 from dstbench.results.speedup import between_processes, reference_row, speedup_stats
-from dstbench.results.record import RESULT_FIELDS, iter_results, segment_samples
+from dstbench.results.record import iter_results, result_fields, segment_samples
 from dstbench.results.replicates import frame_points, frame_replicates, point_of, stored_seed
 from dstbench.results.end_to_end import add_end_to_end
 from dstbench.results.target_time import add_target_times
@@ -110,7 +110,7 @@ def load_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
     if not frame.empty:
         # Every field of a result line is a column, even where no line has it (lines written by
         # another version, or by hand): sections test values, never whether a column exists.
-        for name in RESULT_FIELDS:
+        for name in (spec.name for spec in result_fields()):
             if name not in frame:
                 frame[name] = None
         frame["point"] = frame_points(frame)

@@ -14,11 +14,11 @@ import dataclasses
 from typing import Any
 
 from dstbench.measure.trackers.base import UNCHANGED, Cut, Joining, Ranks, declared_fields
-from dstbench.results.record import CaseResult
+from dstbench.results.record import line_type as current_line_type
 from dstbench.suite.groups import base_key
 
 
-def strip_group(line: dict[str, Any], base: str, line_type: type = CaseResult) -> dict[str, Any] | None:
+def strip_group(line: dict[str, Any], base: str, line_type: type | None = None) -> dict[str, Any] | None:
     """A shared case's line without what group `base` contributed (it is about to be timed
     again); None when nothing else is left."""
     ids = [g for g in line.get("groups") or [] if base_key(g) != base]
@@ -31,7 +31,7 @@ def strip_group(line: dict[str, Any], base: str, line_type: type = CaseResult) -
     out = dict(line, groups=ids)
     samples = list(line.get("segment_group") or [])
     cut = Cut(base, len(samples), tuple(i for i, g in enumerate(samples) if base_key(g) != base))
-    for spec in declared_fields(line_type):
+    for spec in declared_fields(line_type or current_line_type()):
         if spec.name == "groups":
             continue  # its ids are the ones left, above
         value = spec.groups.strip(line.get(spec.name), cut)
@@ -70,13 +70,14 @@ def merge_shared(old: dict[str, Any] | None, new: Any) -> Any:
 TRAINING_FIELDS = ("top1", "top5", "epochs", "train_time_s", "curve", "density_achieved", "loss", "method_extras")
 
 
-def merge_phases(timing: Any, training: Any, line_type: type = CaseResult) -> Any:
+def merge_phases(timing: Any, training: Any, line_type: type | None = None) -> Any:
     """The line of a `mode: both` (case, seed) from its timing phase's line and its training's
     (lines or dicts): the timing's fields (segments, memory, the groups it was timed in, its mode)
     with the training's `TRAINING_FIELDS`; both data loadings, warnings and durations; a failure of
     either is the line's status, a training failure's error saying so."""
-    timing = timing if isinstance(timing, line_type) else line_type.from_dict(timing)
-    training = training if isinstance(training, line_type) else line_type.from_dict(training)
+    line_type = line_type or current_line_type()
+    timing = line_type.from_dict(timing) if isinstance(timing, dict) else timing
+    training = line_type.from_dict(training) if isinstance(training, dict) else training
     if timing.status != "ok":
         return timing
     merged = dataclasses.replace(timing, warnings=list(dict.fromkeys([*timing.warnings, *training.warnings])))

@@ -33,7 +33,15 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float,
 
 # Pooled over a case's seeds with an interval: each gets `<m>_ci_low`, `<m>_ci_high`, `<m>_std`.
 POOLED_METRICS = ("top1", "top5")
-POOLED_MEANS = ("train_time_s",)  # also pooled, as plain means over the ok seeds
+
+
+def pooled_means() -> tuple[str, ...]:
+    """The result fields a pooled row shows as plain means over the ok seeds: those declared
+    `over_seeds="mean"` (training time; a plugin tracker's), beside the accuracies' intervals."""
+    from dstbench.results.record import result_fields
+
+    return tuple(spec.name for spec in result_fields() if spec.over_seeds == "mean" and spec.name not in POOLED_METRICS)
+
 # What `pool_seeds` adds to each case's row.
 POOLED_COLUMNS = (
     "seeds", "seed_list", "failed_seeds", *(f"{m}{s}" for m in POOLED_METRICS for s in ("", "_ci_low", "_ci_high", "_std")),
@@ -58,7 +66,8 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
     `top1_ci_high`, n - 1 degrees of freedom, cut to [0, 1]; NaN with one seed) and sample standard deviation
     (`top1_std`; NaN with one seed); `top1_drop`: `baseline`'s top-1 minus the case's, paired by
     seed (the same run, sweep point and seed; a seed counts where both are ok), its interval and
-    `top1_drop_seeds` (the pairs it rests on); `train_time_s` their mean; the steps to a top-1
+    `top1_drop_seeds` (the pairs it rests on); each field declared `over_seeds="mean"` (`pooled_means`:
+    `train_time_s`, a plugin tracker's) their mean; the steps to a top-1
     target (`dstbench.results.time_to_target.pooled_target`: `target_reached` a fraction of the
     seeds, `steps_to_target` NaN unless every seed reached). `failed_seeds` lists the
     seeds whose line is not ok; `status` is ok only when none is. Every other column is the first
@@ -66,10 +75,11 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
     if derived.empty:
         return derived.assign(**{c: pd.Series(dtype=float) for c in POOLED_COLUMNS})
     derived = derived.reset_index(drop=True)  # rows are told apart by their index below
+    means = pooled_means()
     frame = derived.assign(_point=frame_points(derived), _order=range(len(derived)))
     ok = frame["status"] == "ok"
     values_of = {m: pd.to_numeric(frame[m], errors="coerce") if m in frame else pd.Series(np.nan, index=frame.index)
-                 for m in (*POOLED_METRICS, *POOLED_MEANS)}
+                 for m in (*POOLED_METRICS, *means)}
     top1 = values_of["top1"]
     base = frame[(frame["method"] == baseline) & ok]
     # The baseline's top-1 by (run, point, seed); dense runs at 1.0, any other baseline at the case's density.
@@ -94,7 +104,7 @@ def pool_seeds(derived: pd.DataFrame, baseline: str = "dense", level: float = 0.
             low, high = (max(0.0, low), min(1.0, high)) if math.isfinite(low) else (low, high)
             std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
             pooled_values.update({metric: mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high, f"{metric}_std": std})
-        for metric in POOLED_MEANS:
+        for metric in means:
             pooled_values[metric] = mean_ci(values_of[metric][good.index].tolist())[0]
         drops = []
         for index, case in good.iterrows():

@@ -12,9 +12,11 @@ Adding a field does not change the version; renaming or removing one, or changin
 means or its unit, does: bump SCHEMA_VERSION and add a line above (docs/reference/results.md is generated from the declarations).
 
 The fields are declared where they are written: identity and bookkeeping here (`CORE_FIELDS`),
-every figure by its tracker (`dstbench.measure.trackers.TRACKERS`), each with its type, default and
-merge rules (`dstbench.measure.trackers.base`). `CaseResult` is made from those declarations, so a
-new metric is a tracker, with no edit here.
+every figure by its tracker (`dstbench.measure.trackers.registry`), each with its type, default and
+merge rules (`dstbench.measure.trackers.base`). `CaseResult` is made from those declarations (the
+built-in trackers'), so a new metric is a tracker, with no edit here. A tracker registered later (a
+suite's `plugins:`) adds its fields to `line_type()`, a subclass of `CaseResult`: what makes and
+reads lines asks `line_type()` for the class, so a plugin's fields are written, read and merged too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from dstbench.measure.trackers import TRACKERS
+from dstbench.measure.trackers import registered_trackers
 from dstbench.measure.trackers.base import (
     EARLIEST, LARGEST, LATEST, RANK0, TOTAL, UNION, RankRule, ResultField, Tracker, declared_fields,
 )
@@ -93,7 +95,7 @@ CORE_FIELDS = (
 )
 
 # The order of a line's fields in schema 1 (`to_dict` moves schema_version and run_id first). A
-# field declared since goes after these, in the order of CORE_FIELDS and TRACKERS.
+# field declared since goes after these, in the order of CORE_FIELDS and the registered trackers.
 SCHEMA_1_ORDER = (
     "suite", "suite_hash", "case_id", "method", "method_name", "kind", "density", "params", "status", "device",
     "precision", "fuse_norms", "batch_size", "mode", "execution", "segment_steps", "segment_ms", "median_ms", "iqr_ms",
@@ -126,9 +128,11 @@ class ResultLine:
         return cls(**fields)
 
 
-def line_class(trackers: Iterable[type[Tracker]] = TRACKERS, name: str = "CaseResult", doc: str = "") -> type:
-    """The dataclass of a result line with the core fields and every field `trackers` declare, in
-    schema 1's order. Raises ValueError for a field declared twice."""
+def line_class(trackers: Iterable[type[Tracker]] | None = None, name: str = "CaseResult", doc: str = "") -> type:
+    """The dataclass of a result line with the core fields and every field `trackers` declare (by
+    default every registered tracker), in schema 1's order. Raises ValueError for a field declared
+    twice."""
+    trackers = registered_trackers() if trackers is None else tuple(trackers)
     declared = [*CORE_FIELDS, *(spec for tracker in trackers for spec in tracker.fields)]
     names = [spec.name for spec in declared]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -142,8 +146,30 @@ def line_class(trackers: Iterable[type[Tracker]] = TRACKERS, name: str = "CaseRe
     )
 
 
-# One case's result line: a dataclass whose fields the core and the trackers declare.
+# One case's result line: a dataclass whose fields the core and the built-in trackers declare.
 CaseResult = line_class(doc="One case's result line: its identity, and every tracker's figures (see the module docstring).")
+_BUILT_IN = frozenset(f.name for f in dataclasses.fields(CaseResult))
+_LINE_TYPES: dict[tuple[type[Tracker], ...], type] = {}
+
+
+def line_type() -> type:
+    """The class of a result line with every tracker registered now: `CaseResult`, or a subclass
+    with the fields of trackers registered since it was made (a plugin's), after its own."""
+    added = tuple(t for t in registered_trackers() if any(spec.name not in _BUILT_IN for spec in t.fields))
+    if not added:
+        return CaseResult
+    if added not in _LINE_TYPES:
+        specs = [spec for tracker in added for spec in tracker.fields if spec.name not in _BUILT_IN]
+        _LINE_TYPES[added] = dataclasses.make_dataclass(
+            "CaseResult", [(spec.name, spec.type, spec.dataclass_field()) for spec in specs], bases=(CaseResult,),
+            namespace={"__module__": __name__, "__doc__": f"{CaseResult.__doc__} With {', '.join(t.name for t in added)}."},
+        )
+    return _LINE_TYPES[added]
+
+
+def result_fields() -> tuple[ResultField, ...]:
+    """Every field a result line has now (`line_type()`), in line order."""
+    return declared_fields(line_type())
 
 
 def report_columns(unit: str) -> tuple[tuple[str, str], ...]:
@@ -155,8 +181,6 @@ def report_columns(unit: str) -> tuple[tuple[str, str], ...]:
 MAX_ARRAY_ITEMS = 10_000  # an array or tensor in a result line beyond this is summarised, not listed
 MAX_DEPTH = 64
 
-
-RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(CaseResult))
 
 
 def json_safe(value: Any, where: str = "", notes: list[str] | None = None, _depth: int = 0) -> Any:
@@ -296,14 +320,15 @@ def replace_results(
 
 
 # Fields a line must have for any reader to use it (the others are checked when present).
-_HINTS: dict[str, Any] = {}
+_HINTS: dict[type, dict[str, Any]] = {}  # by line class
 
 
 def line_problem(data: Any) -> str | None:
     """Why a parsed result line cannot be used, or None (`dstbench.results.line_rule`)."""
-    if not _HINTS:
-        _HINTS.update(typing.get_type_hints(CaseResult))
-    return line_problem_of(data, _HINTS, SCHEMA_VERSION)
+    hints = _HINTS.get(line_type())
+    if hints is None:
+        hints = _HINTS[line_type()] = typing.get_type_hints(line_type())
+    return line_problem_of(data, hints, SCHEMA_VERSION)
 
 
 _WARNED: set[tuple[Any, ...]] = set()
@@ -403,4 +428,4 @@ def iter_results(run_dir: Path) -> Iterator[dict[str, Any]]:
 
 
 def load_results(run_dir: Path) -> list[CaseResult]:
-    return [CaseResult.from_dict(d) for d in iter_results(run_dir)]
+    return [line_type().from_dict(d) for d in iter_results(run_dir)]

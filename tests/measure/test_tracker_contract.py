@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dstbench.measure.trackers import TRACKERS
+from dstbench.measure.trackers import registered_trackers
 from dstbench.measure.trackers.base import (
     COUNT, LARGEST, GroupRule, RankRule, ResultField, Tracker, declared_fields,
 )
@@ -28,7 +28,7 @@ SCHEMA_1_KEYS = [
     "loss", "data_loading", "method_extras", "top1", "top5", "epochs", "train_time_s", "curve", "profile", "energy",
     "world_size", "ranks", "env", "started_at", "duration_s", "error",
 ]
-# Declared since schema 1: after its keys, in TRACKERS' order.
+# Declared since schema 1: after its keys, in the registered trackers' order.
 ADDED_SINCE = [
     "sweep", "seed", "segment_process", "segment_slot", "settle_ms", "segment_topology_updates", "segment_topology_ms",
     "compile", "compile_s", "recompiles", "segment_recompiles", "recompile_ms", "topology_recompile_ms",
@@ -64,11 +64,11 @@ class ToyCounter(Tracker):
         line.toy_events = self.events
 
 
-ToyLine = line_class((*TRACKERS, ToyCounter), name="ToyLine")
+ToyLine = line_class((*registered_trackers(), ToyCounter), name="ToyLine")
 
 
 def declarations() -> list[ResultField]:
-    return [*CORE_FIELDS, *(spec for tracker in TRACKERS for spec in tracker.fields)]
+    return [*CORE_FIELDS, *(spec for tracker in registered_trackers() for spec in tracker.fields)]
 
 
 def test_every_field_is_declared_exactly_once_with_its_merge_rules() -> None:
@@ -103,7 +103,7 @@ def test_a_field_declared_twice_is_refused() -> None:
         fields = (ResultField("loss", float | None, COUNT, LARGEST, "again", default=None),)
 
     with pytest.raises(ValueError, match="loss"):
-        line_class((*TRACKERS, Twice))
+        line_class((*registered_trackers(), Twice))
 
 
 def toy_line(group: str, segment_ms: list[float], events: int, **fields: Any) -> Any:

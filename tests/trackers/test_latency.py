@@ -5,7 +5,8 @@ import time
 import pytest
 import torch
 
-from dstbench.measure.trackers import SegmentTimer, summarize_ms
+from dstbench.measure.clock import SegmentTimer
+from dstbench.measure.trackers import summarize_ms
 
 
 def test_cpu_timer_measures_a_known_sleep_within_ten_percent() -> None:

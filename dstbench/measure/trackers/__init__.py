@@ -1,36 +1,34 @@
-"""Trackers are context managers around the measured work: latency, memory, FLOPs, energy, noise,
-torch.compile's cost.
-
-Each declares the result fields it writes and how they merge (`dstbench.measure.trackers.base`).
-`TRACKERS` lists every tracker whose fields a result line has; a new metric is one tracker module
-added here. Nothing here imports torch at import time: the result record and the reports read
-these declarations without it.
+"""Trackers are measurements around the work of a case: latency, memory, FLOPs, energy, noise,
+torch.compile's cost. Each registers where it is defined (`register_tracker`) and declares when it
+runs, the result fields it writes and how they merge (`dstbench.measure.trackers.base`); the line
+class, the case session and `Run.frame()` take every registered tracker. A new metric is one
+tracker module, here or in a plugin. Nothing here imports torch at import time: the result record
+and the reports read these declarations without it.
 """
 
+# isort: off
+# Imported for their registration, in this order: the session runs trackers in it (where no
+# `after` says otherwise), and a field declared since schema 1 takes its place in a line by it.
+from dstbench.measure.trackers import latency, noise, memory, flops, training, accuracy, profile, energy, ranks, compile  # noqa: F401
+# isort: on
 from dstbench.measure.trackers.accuracy import AccuracyTrack
-from dstbench.measure.trackers.base import ResultField, Tracker
+from dstbench.measure.trackers.base import CaseContext, ResultField, SegmentOutcome, Tracker
 from dstbench.measure.trackers.compile import CompileRecord
 from dstbench.measure.trackers.energy import EnergyMeter
 from dstbench.measure.trackers.flops import FlopCounter
-from dstbench.measure.trackers.latency import SegmentTimer, SegmentTimes, summarize_ms
+from dstbench.measure.trackers.latency import SegmentTimes, summarize_ms
 from dstbench.measure.trackers.memory import ActivationCounter, AllocatorPeak, RssPeak, StateBytes, training_state_bytes
 from dstbench.measure.trackers.noise import NoiseRecord
 from dstbench.measure.trackers.profile import ProfileCapture
 from dstbench.measure.trackers.ranks import RankPlacement
+from dstbench.measure.trackers.registry import register_tracker, registered_trackers, tracker_class
 from dstbench.measure.trackers.training import TrainingStats
 
-# In the order their fields come in a result line (a field declared since schema 1 goes after the
-# others, in this order: see dstbench.results.record).
-TRACKERS: tuple[type[Tracker], ...] = (
-    SegmentTimes, NoiseRecord, AllocatorPeak, RssPeak, StateBytes, ActivationCounter, FlopCounter, TrainingStats,
-    AccuracyTrack, ProfileCapture, EnergyMeter, RankPlacement, CompileRecord,
-)
-
 __all__ = [
-    "TRACKERS",
     "AccuracyTrack",
     "ActivationCounter",
     "AllocatorPeak",
+    "CaseContext",
     "CompileRecord",
     "EnergyMeter",
     "FlopCounter",
@@ -39,11 +37,14 @@ __all__ = [
     "RankPlacement",
     "ResultField",
     "RssPeak",
-    "SegmentTimer",
+    "SegmentOutcome",
     "SegmentTimes",
     "StateBytes",
     "Tracker",
     "TrainingStats",
+    "register_tracker",
+    "registered_trackers",
     "summarize_ms",
+    "tracker_class",
     "training_state_bytes",
 ]

@@ -1,25 +1,31 @@
-"""The tracker contract: a tracker is a context manager around the measured work that declares the
-result fields it writes and how each field merges across groups, ranks and processes.
+"""The tracker contract: a tracker is a measurement around the work of a case that declares when
+it runs, the result fields it writes, and how each field merges across groups, ranks and processes.
 
-A field is declared once, as a `ResultField`: its name, type, default and meaning, its rule across
-groups (`GroupRule`: a case timed in several interleaved groups, such as dense, has one line per
-group; `join` adds the next group's line to the line so far, `strip` takes one group's share out of
-it before that group is timed again), its rule across ranks (`RankRule`: a torchrun case has one line
-per rank; `combine` makes the case's value from every rank's), whether each rank's own value is
-listed in the line's `ranks`, and optionally the report column that shows it.
+A field is declared once, as a `ResultField`: its name, type, default and meaning, its unit, how it
+relates to the timed segments and what a row pooled over seeds shows of it, which direction is
+better, its rule across groups (`GroupRule`: a case timed in several interleaved groups, such as
+dense, has one line per group; `join` adds the next group's line to the line so far, `strip` takes
+one group's share out of it before that group is timed again), its rule across ranks (`RankRule`: a
+torchrun case has one line per rank; `combine` makes the case's value from every rank's), whether
+each rank's own value is listed in the line's `ranks`, and optionally the report column that shows
+it.
 
-`dstbench.results.record` makes `CaseResult` from the core fields (identity, bookkeeping) and every
-tracker's declarations (`dstbench.measure.trackers.TRACKERS`); `dstbench.results.merge` combines
-lines field by field by these rules. A rule marked `derived` does not combine the inputs: it
-recomputes the field from the merged line, after every other field is merged (a median from the
-merged segment times). A new metric is one tracker module: its tracker, its fields, their rules.
+`dstbench.results.record` makes the line class from the core fields (identity, bookkeeping) and
+every registered tracker's declarations (`dstbench.measure.trackers.registry`);
+`dstbench.results.merge` combines lines field by field by these rules. A rule marked `derived` does
+not combine the inputs: it recomputes the field from the merged line, after every other field is
+merged (a median from the merged segment times). `dstbench.execution.case_session.CaseSession` runs
+every registered tracker in the phases it declares (`Tracker`). A new metric is one tracker module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import types
+import typing
 from types import TracebackType
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, ContextManager
 
 DECLARED = "dstbench.declared"  # the key of a line field's metadata that holds its ResultField
 
@@ -120,6 +126,26 @@ class Column:
     unit: str
 
 
+# How a field's value relates to the timed segments.
+SEGMENT_AGGREGATES = {
+    "each": "one item per timed segment (aligned with segment_ms)",
+    "median": "the median over the timed segments",
+    "spread": "the interquartile range over the timed segments",
+    "sum": "summed over the timed segments",
+    "peak": "the largest over the timed segments",
+    "window": "measured once over the timed segments",
+    "last": "the last timed segment's",
+    "warm-up": "measured in the warm-up (one step)",
+    "case": "the case's, not a segment figure",
+}
+# What a row pooled over a case's seeds (`Run.frame()`) shows of the field.
+SEED_AGGREGATES = {
+    "first": "the first seed's (the timed seed's)",
+    "mean": "the mean over the ok seeds",
+}
+BETTER = (None, "lower", "higher")
+
+
 @dataclasses.dataclass(frozen=True)
 class ResultField:
     """One field of a result line, as the tracker that writes it (or the record's core) declares it.
@@ -135,6 +161,27 @@ class ResultField:
     default_factory: Any = REQUIRED
     per_rank: bool = False
     column: Column | None = None
+    # What a reader needs to aggregate and judge the figure (the results reference lists them):
+    unit: str | None = None  # of the value, or of each item of a per-segment list ("ms", "bytes", ...)
+    over_segments: str = "case"  # SEGMENT_AGGREGATES: how the value relates to the timed segments
+    over_seeds: str = "first"  # SEED_AGGREGATES: what a row pooled over a case's seeds shows
+    better: str | None = None  # "lower", "higher", or None (not a figure to improve)
+
+    def __post_init__(self) -> None:
+        for what, value, allowed in (("over_segments", self.over_segments, SEGMENT_AGGREGATES),
+                                     ("over_seeds", self.over_seeds, SEED_AGGREGATES), ("better", self.better, BETTER)):
+            if value not in allowed:
+                raise ValueError(f"result field {self.name!r}: {what} {value!r} is not one of {', '.join(map(repr, allowed))}")
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not REQUIRED or self.default_factory is not REQUIRED
+
+    @property
+    def scalar(self) -> bool:
+        """Whether the value fits a table cell: a number, a string or a flag (or None)."""
+        union = typing.get_origin(self.type) in (typing.Union, types.UnionType)
+        return all(arg in (int, float, str, bool, type(None)) for arg in (typing.get_args(self.type) if union else (self.type,)))
 
     def dataclass_field(self) -> Any:
         """The `dataclasses.field` of a line class, carrying this declaration in its metadata."""
@@ -148,14 +195,84 @@ def declared_fields(line_type: type) -> tuple[ResultField, ...]:
     return tuple(f.metadata[DECLARED] for f in dataclasses.fields(line_type))
 
 
-class Tracker:
-    """A context manager around the measured work that declares, in `fields`, the result fields its
-    `write(line)` fills in after the work (it may also add to the line's `warnings`, which every
-    tracker may). A tracker that reads its figures after the work (training-state bytes) keeps
-    `__enter__` and `__exit__` as they are here; one whose figures a step of their own writes (the
-    accuracy track, the profiler) only declares them."""
+# When a tracker runs, in a timed case's life (`Tracker.runs`); the case session calls the hook of
+# the same name on every tracker that declares it.
+WARMUP = "warmup"  # around the first warm-up step (`warmup()`: a context manager)
+UNTIMED = "untimed"  # around untimed training: the rest of the warm-up, catch-up, settling (`untimed()`)
+CASE = "case"  # one window over all the timed segments: entered before the first, left at the end (`case(tag)`)
+SEGMENT = "segment"  # around each timed segment, outside its clock (`segment(tag)`); then `add(outcome)`
+PHASES = (WARMUP, UNTIMED, CASE, SEGMENT)
 
+
+@dataclasses.dataclass
+class CaseContext:
+    """What a tracker is built from (`Tracker.for_case`): the suite, the case, its device and
+    threads, the method (None in a case trained only for accuracy, which is not timed), how its
+    inputs are made, and the process's resident bytes when the case started building."""
+
+    suite: Any
+    case: Any
+    device: Any
+    threads: int
+    method: Any = None
+    data_loading: str | None = None
+    rss_baseline_bytes: int | None = None
+
+    @property
+    def timed(self) -> bool:
+        return self.method is not None
+
+
+@dataclasses.dataclass
+class SegmentOutcome:
+    """One segment as the session timed it, handed to each tracker's `add` (or `add_settle` for an
+    untimed settling segment): its milliseconds on the device's clock, its start (Unix seconds), the
+    launcher's tag, the method's `SegmentStats`, the method, and how long the process's threads took
+    to park after it (interleaved, else None). `report` is what the session returns to the launcher
+    for the segment; a tracker may add to it."""
+
+    ms: float
+    start_s: float
+    tag: Any
+    stats: Any = None
+    method: Any = None
+    hand_over_ms: float | None = None
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Tracker:
+    """A measurement around the work of a case that declares the result fields its `write(line)`
+    fills in at the case's end (it may also add to the line's `warnings`).
+
+    What a tracker declares on its class (`dstbench.measure.trackers.registry.register_tracker`
+    registers it, and `CaseSession` drives every registered one):
+
+    - `fields`: the result fields it writes (`ResultField`: name, type, unit, merge rules, how to
+      aggregate over segments and seeds, which direction is better).
+    - `runs`: when it runs (`PHASES`); the session calls the hook of each phase named. Empty: it
+      only declares fields that a step of their own writes (the accuracy track, the profiler).
+    - `per_process`: its figures mean something only for a case alone in its process (a peak, a
+      device counter); a launcher that runs cases side by side in one process marks them
+      unmeasured (`unmeasured`).
+    - `after`: the registered trackers it must follow: its windows open inside theirs and it writes
+      after them. Otherwise trackers go in the order they were registered.
+
+    `for_case(context)` builds it for one case, or returns None where it does not apply. The
+    session builds trackers only for timed cases, except those that declare `untimed_cases`.
+    """
+
+    name: ClassVar[str] = ""  # set by register_tracker
     fields: ClassVar[tuple[ResultField, ...]] = ()
+    runs: ClassVar[frozenset[str]] = frozenset()
+    per_process: ClassVar[bool] = False
+    after: ClassVar[tuple[str, ...]] = ()
+    untimed_cases: ClassVar[bool] = False  # also built for a case trained only for accuracy
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "Tracker | None":
+        """This tracker for one case; None where it does not apply (the default: a tracker that
+        runs in no phase is built by its own step, or never)."""
+        return cls() if cls.runs else None
 
     def __enter__(self) -> Any:
         return self
@@ -163,8 +280,35 @@ class Tracker:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         return None
 
+    # -- the phases' windows (each a context manager; the default is this tracker itself) ---------
+    def warmup(self) -> ContextManager[Any]:
+        return self
+
+    def untimed(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def case(self, tag: Any) -> ContextManager[Any]:
+        """Around all the timed segments; `tag` is the first segment's (`SegmentTag`)."""
+        return self
+
+    def segment(self, tag: Any) -> ContextManager[Any]:
+        return self
+
+    def add(self, outcome: SegmentOutcome) -> None:
+        """After each timed segment (its windows closed)."""
+
+    def add_settle(self, outcome: SegmentOutcome) -> None:
+        """After each untimed settling segment."""
+
     def write(self, line: Any) -> None:
         """Put this tracker's figures into `line`."""
+
+    @classmethod
+    def unmeasured(cls, line: Any, reason: str) -> None:
+        """Mark this tracker's figures in `line` as not the case's own (see `per_process`): each
+        field back to its default."""
+        for spec in cls.fields:
+            setattr(line, spec.name, spec.default if spec.default is not REQUIRED else spec.default_factory())
 
 
 # -- named rules -----------------------------------------------------------------------------------

@@ -16,11 +16,15 @@ counts); a recompilation before any update has another cause and is named in `wa
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+
 from dstbench.measure.trackers.base import (
-    COUNT, LARGEST, LATEST, PEAK, PER_SEGMENT, RANK0, TOTAL, Column, ResultField, Tracker,
+    CASE, COUNT, LARGEST, LATEST, PEAK, PER_SEGMENT, RANK0, SEGMENT, TOTAL, UNTIMED, CaseContext, Column, ResultField,
+    SegmentOutcome, Tracker,
 )
+from dstbench.measure.trackers.registry import register_tracker
 from dstbench.measure.trackers.latency import OUTLIER_PREFIX, outlier_warning
 
 # torch's own names for the compile phases summed into seconds compiling (`compile_counters`).
@@ -54,25 +58,35 @@ def compile_counters() -> tuple[int, float]:
     return graphs, sum(float(cumulative_time_spent_ns.get(phase, 0.0)) for phase in COMPILE_PHASES) / 1e9
 
 
+@register_tracker("compile")
 class CompileRecord(Tracker):
     """The compile cost of one case process: `untimed` and `segment` bracket the work whose
     compilation they count (see the module docstring); an eager case (`options` None) counts
-    nothing and writes only `compile: None`."""
+    nothing and writes only `compile: None`. Built for every case: a case trained only for accuracy
+    records the options it trained under. It writes after the segment times, whose outlier
+    warning it judges again without the segments that recompiled."""
 
+    runs = frozenset({UNTIMED, CASE, SEGMENT})
+    untimed_cases = True
+    after = ("latency",)
     fields = (
         ResultField("compile", dict[str, Any] | None, LATEST, RANK0,
                     "the torch.compile options the case trained under (None: eagerly)", default=None),
         ResultField("compile_s", float | None, PEAK, LARGEST,
                     "seconds torch spent compiling before the timed segments (the longest of the case's processes)",
-                    default=None, per_rank=True),
+                    default=None, per_rank=True, unit="s", better="lower"),
         ResultField("recompiles", int | None, COUNT, LARGEST, "graphs torch compiled inside the timed segments",
-                    default=None, per_rank=True, column=Column("recompiles", "count")),
+                    default=None, per_rank=True, column=Column("recompiles", "count"), unit="count", over_segments="sum",
+                    better="lower"),
         ResultField("segment_recompiles", list[int], PER_SEGMENT, RANK0,
-                    "graphs compiled in each timed segment (aligned with segment_ms)", default_factory=list),
+                    "graphs compiled in each timed segment (aligned with segment_ms)", default_factory=list,
+                    unit="count", over_segments="each"),
         ResultField("recompile_ms", float | None, TOTAL, LARGEST,
-                    "milliseconds torch spent compiling inside the timed segments (part of their time)", default=None),
+                    "milliseconds torch spent compiling inside the timed segments (part of their time)", default=None,
+                    unit="ms", over_segments="sum", better="lower"),
         ResultField("topology_recompile_ms", float | None, TOTAL, LARGEST,
-                    "of recompile_ms, what followed a topology update: charged to the updates", default=None),
+                    "of recompile_ms, what followed a topology update: charged to the updates", default=None,
+                    unit="ms", over_segments="sum", better="lower"),
     )
 
     def __init__(self, options: dict[str, Any] | None) -> None:
@@ -85,10 +99,27 @@ class CompileRecord(Tracker):
         self.stray = 0  # recompilations before any topology update
         self._mark: tuple[int, float] | None = None
         self._last: tuple[int, float] = (0, 0.0)  # the last timed segment's graphs and seconds
+        self.method_name = "the method"
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "CompileRecord":
+        compiled = context.suite.compile
+        record = cls(compiled.options() if compiled.enabled else None)
+        record.method_name = str(context.case.method)
+        return record
 
     @property
     def enabled(self) -> bool:
         return self.options is not None
+
+    def case(self, tag: Any) -> Any:
+        """Before the first timed segment: a compiled case must have compiled in its warm-up."""
+        if self.enabled and not self.untimed_graphs:
+            raise RuntimeError(f"compile: torch compiled no graph of {self.method_name}'s model in its warm-up; it would train eagerly")
+        return contextlib.nullcontext()
+
+    def add(self, outcome: SegmentOutcome) -> None:
+        self.charge(outcome.method.topology_updates)
 
     def _begin(self) -> None:
         self._mark = compile_counters() if self.enabled else None
@@ -106,7 +137,7 @@ class CompileRecord(Tracker):
         adds to `compile_s`."""
         return _Span(self, timed=False)
 
-    def segment(self) -> "_Span":
+    def segment(self, tag: Any = None) -> "_Span":
         """Around one timed segment; call `charge` after it."""
         return _Span(self, timed=True)
 

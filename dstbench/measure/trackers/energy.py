@@ -15,12 +15,17 @@ ranks' GPUs. Either only when every part was measured.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from dstbench.measure import nvml
-from dstbench.measure.trackers.base import UNCHANGED, Cut, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker
+from dstbench.measure.trackers.base import (
+    CASE, SEGMENT, UNCHANGED, CaseContext, Cut, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker,
+)
+from dstbench.measure.trackers.registry import register_tracker
 
 if TYPE_CHECKING:  # torch is imported where it is used: the result record reads the declarations here without it
     import torch
@@ -68,15 +73,25 @@ ENERGY_OF_GROUPS = GroupRule("every group's windows summed, when each was measur
 ENERGY_OF_RANKS = RankRule("every rank's GPU summed, when each was measured", _combine_ranks)
 
 
+@register_tracker("energy")
 class EnergyMeter(Tracker):
     """Reads the energy counter around the work inside `with`; `result(steps, images)` gives the
     result line's `energy` field, which `write` puts into a line whose segments are timed. The
-    caller synchronises the device at both ends (the runner's warm-up ends in a sync and every
-    timed segment ends in one)."""
+    caller synchronises the device at both ends (the warm-up ends in a sync and every timed segment
+    ends in one).
 
+    In a case session its window is one over all the timed segments when the case is alone on the
+    device, one per segment when interleaved (`case`, `segment`). It follows the noise and compile
+    trackers, so its windows sit closest to the segments' clock, and the segment times, since
+    `write` divides by their steps. The counter is the whole GPU's: per process."""
+
+    runs = frozenset({CASE, SEGMENT})
+    per_process = True
+    after = ("latency", "noise", "compile")
     fields = (
         ResultField("energy", dict[str, Any] | None, ENERGY_OF_GROUPS, ENERGY_OF_RANKS,
-                    "joules of the timed segments, or why not measured (see the module docstring)", default=None),
+                    "joules of the timed segments, or why not measured (see the module docstring)", default=None,
+                    unit="J", over_segments="window"),
     )
 
     def __init__(
@@ -96,6 +111,24 @@ class EnergyMeter(Tracker):
         self._t0 = 0.0
         self._windows: list[tuple[int, float]] = []  # (millijoules, seconds) per window
         self.reason: str | None = None  # why not measured; None while it can still be
+        self.spanning = True  # one window over all the segments (alone), else one per segment
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "EnergyMeter | None":
+        return cls(context.device) if context.timed else None
+
+    def case(self, tag: Any) -> Any:
+        # Interleaved, the group's other cases use the GPU between this one's segments.
+        self.spanning = not set(getattr(tag, "group_pids", ())) - {os.getpid()}
+        return self if self.spanning else contextlib.nullcontext()
+
+    def segment(self, tag: Any) -> Any:
+        return contextlib.nullcontext() if self.spanning else self
+
+    @classmethod
+    def unmeasured(cls, line: Any, reason: str) -> None:
+        if isinstance(line.energy, dict) and line.energy.get("measured"):
+            line.energy = {"measured": False, "reason": reason}
 
     def __enter__(self) -> "EnergyMeter":
         if self.reason is not None:

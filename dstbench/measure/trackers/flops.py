@@ -24,7 +24,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Callable
 
-from dstbench.measure.trackers.base import LATEST, RANK0, ResultField, Tracker
+from dstbench.measure.trackers.base import LATEST, RANK0, WARMUP, CaseContext, ResultField, Tracker
+from dstbench.measure.trackers.registry import register_tracker
 
 # torch is imported where it is used: the result record reads the declaration here without it.
 
@@ -74,15 +75,22 @@ def attention_formulas() -> dict[Any, Callable[..., int]]:
     return mapping
 
 
+@register_tracker("flops")
 class FlopCounter(Tracker):
-    """Counts the FLOPs of the operations run inside `with`: forward and backward matmuls,
-    convolutions and attention (as matmuls, on every device; see the module docstring). What stays
-    dense is counted too, so a ratio of two counts is the physical limit of a speedup."""
+    """Counts the FLOPs of the operations run inside `with` (the first warm-up step): forward and
+    backward matmuls, convolutions and attention (as matmuls, on every device; see the module
+    docstring). What stays dense is counted too, so a ratio of two counts is the physical limit of a
+    speedup."""
 
+    runs = frozenset({WARMUP})
     fields = (
         ResultField("flops_per_step", int | None, LATEST, RANK0, "training FLOPs of one step (the first warm-up step)",
-                    default=None),
+                    default=None, unit="FLOPs", over_segments="warm-up", better="lower"),
     )
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "FlopCounter | None":
+        return cls() if context.timed else None
 
     def __init__(self) -> None:
         from torch.utils.flop_counter import FlopCounterMode

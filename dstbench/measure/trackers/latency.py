@@ -1,62 +1,19 @@
-"""Segment timing on the device's own clock: CUDA or MPS events, `perf_counter` on the CPU.
-
-`SegmentTimer` times one segment; `SegmentTimes` is the case's latency tracker: every segment's
-milliseconds with what it was timed with, and their summary (median, IQR, throughput).
+"""The case's latency: every timed segment's milliseconds on the device's clock
+(`dstbench.measure.clock.SegmentTimer`, which the case session holds innermost around each
+segment), with what each was timed with, and their summary (median, IQR, throughput).
 """
 
 from __future__ import annotations
 
-import time
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dstbench.measure.trackers.base import (
-    LATEST, PER_SEGMENT, RANK0, SLOWEST_PER_SEGMENT, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker,
+    LATEST, PER_SEGMENT, RANK0, SEGMENT, SLOWEST_PER_SEGMENT, CaseContext, GroupRule, Joining, RankRule, Ranks,
+    ResultField, SegmentOutcome, Tracker,
 )
-
-if TYPE_CHECKING:  # torch is imported where it is used: the result record reads the declarations here without it
-    import torch
-
-
-class SegmentTimer:
-    """Times the work inside `with` as one segment.
-
-    On CUDA two events are recorded on the current stream and the end event is synchronised once,
-    at the segment's end; nothing inside the segment is synchronised by the timer.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        import torch
-
-        self.device = torch.device(device)
-        self.elapsed_ms: float | None = None
-
-    def _event(self):  # type: ignore[no-untyped-def]
-        import torch
-
-        if self.device.type == "cuda":
-            return torch.cuda.Event(enable_timing=True)
-        return torch.mps.event.Event(enable_timing=True)
-
-    def __enter__(self) -> "SegmentTimer":
-        if self.device.type in ("cuda", "mps"):
-            self._start, self._end = self._event(), self._event()
-            self._start.record()
-        else:
-            self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc_type is not None:
-            return
-        if self.device.type in ("cuda", "mps"):
-            self._end.record()
-            self._end.synchronize()
-            self.elapsed_ms = float(self._start.elapsed_time(self._end))
-        else:
-            self.elapsed_ms = (time.perf_counter() - self._t0) * 1e3
+from dstbench.measure.trackers.registry import register_tracker
 
 
 def summarize_ms(samples_ms: list[float]) -> tuple[float, float]:
@@ -142,35 +99,42 @@ IQR_OF_SLOWEST = RankRule("the IQR of the slowest rank per segment", _summary_co
 IMAGES_OF_JOB = RankRule("the whole job's images per second", _images_combined, derived=True)
 
 
+@register_tracker("latency")
 class SegmentTimes(Tracker):
-    """The case's timed segments: each one's milliseconds (`add`, after its `SegmentTimer`), start
-    and interleaved group and round; `write` adds their median, IQR and images per second."""
+    """The case's timed segments: each one's milliseconds, start and interleaved group and round
+    (`add`, after each segment's clock stopped); `write` adds their median, IQR and images per
+    second. Settling segments are kept apart (`add_settle`)."""
 
+    runs = frozenset({SEGMENT})
     fields = (
-        ResultField("segment_steps", int | None, LATEST, RANK0, "training steps per timed segment", default=None),
+        ResultField("segment_steps", int | None, LATEST, RANK0, "training steps per timed segment", default=None,
+                    unit="steps"),
         ResultField("segment_ms", list[float], PER_SEGMENT, SLOWEST_PER_SEGMENT, "milliseconds of each timed segment",
-                    default_factory=list, per_rank=True),
+                    default_factory=list, per_rank=True, unit="ms", over_segments="each", better="lower"),
         ResultField("median_ms", float | None, MEDIAN_OF_SAMPLES, MEDIAN_OF_SLOWEST, "median of segment_ms", default=None,
-                    per_rank=True),
-        ResultField("iqr_ms", float | None, IQR_OF_SAMPLES, IQR_OF_SLOWEST, "interquartile range of segment_ms", default=None),
+                    per_rank=True, unit="ms", over_segments="median", better="lower"),
+        ResultField("iqr_ms", float | None, IQR_OF_SAMPLES, IQR_OF_SLOWEST, "interquartile range of segment_ms",
+                    default=None, unit="ms", over_segments="spread"),
         ResultField("images_per_s", float | None, IMAGES_OF_SAMPLES, IMAGES_OF_JOB, "images per second at median_ms",
-                    default=None, per_rank=True),
+                    default=None, per_rank=True, unit="images/s", over_segments="median", better="higher"),
         # What each sample was timed with (aligned with segment_ms): the interleaved group's id, its
         # round, its start (Unix seconds).
         ResultField("segment_group", list[str], PER_SEGMENT, RANK0, "each segment's interleaved group id",
-                    default_factory=list),
-        ResultField("segment_round", list[int], PER_SEGMENT, RANK0, "each segment's round in its group", default_factory=list),
+                    default_factory=list, over_segments="each"),
+        ResultField("segment_round", list[int], PER_SEGMENT, RANK0, "each segment's round in its group",
+                    default_factory=list, over_segments="each"),
         ResultField("segment_start_s", list[float], PER_SEGMENT, RANK0, "each segment's start, Unix seconds",
-                    default_factory=list),
+                    default_factory=list, unit="s", over_segments="each"),
         ResultField("segment_process", list[int], PER_SEGMENT, RANK0,
-                    "each segment's process set in its group (fresh processes per set)", default_factory=list),
+                    "each segment's process set in its group (fresh processes per set)", default_factory=list,
+                    over_segments="each"),
         ResultField("segment_slot", list[int], PER_SEGMENT, RANK0, "each segment's place in its round's order",
-                    default_factory=list),
+                    default_factory=list, over_segments="each"),
         # Not samples, and not aligned with segment_ms: kept to show the first round after warm-up
         # runs slow, which is why it is not timed.
         ResultField("settle_ms", list[float], CONCATENATED, RANK0,
                     "milliseconds of each untimed settling segment (timing.settle_segments per process set)",
-                    default_factory=list),
+                    default_factory=list, unit="ms"),
     )
 
     def __init__(self, segment_steps: int, batch_size: int) -> None:
@@ -184,20 +148,25 @@ class SegmentTimes(Tracker):
         self.slot: list[int] = []
         self.settle_ms: list[float] = []
 
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "SegmentTimes | None":
+        return cls(context.suite.timing.segment_steps, context.suite.batch_size) if context.timed else None
+
     @property
     def count(self) -> int:
         return len(self.ms)
 
-    def add(self, ms: float, start_s: float, group: str, round: int, process: int = 0, slot: int = 0) -> None:
-        self.ms.append(ms)
-        self.start_s.append(start_s)
-        self.group.append(group)
-        self.round.append(round)
-        self.process.append(process)
-        self.slot.append(slot)
+    def add(self, outcome: SegmentOutcome) -> None:
+        tag = outcome.tag
+        self.ms.append(outcome.ms)
+        self.start_s.append(outcome.start_s)
+        self.group.append(tag.group)
+        self.round.append(tag.round)
+        self.process.append(tag.process)
+        self.slot.append(tag.slot)
 
-    def add_settle(self, ms: float) -> None:
-        self.settle_ms.append(ms)
+    def add_settle(self, outcome: SegmentOutcome) -> None:
+        self.settle_ms.append(outcome.ms)
 
     def write(self, line: Any) -> None:
         line.segment_ms = list(self.ms)

@@ -13,7 +13,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterable
 
-from dstbench.measure.trackers.base import LARGEST, LATEST, PEAK, RANK0, Column, ResultField, Tracker
+from dstbench.measure.trackers.base import (
+    CASE, LARGEST, LATEST, PEAK, RANK0, WARMUP, CaseContext, Column, ResultField, Tracker,
+)
+from dstbench.measure.trackers.registry import register_tracker
 
 if TYPE_CHECKING:  # torch is imported where it is used: the result record reads the declarations here without it
     import torch
@@ -64,18 +67,24 @@ def training_state_bytes(method: Method) -> dict[str, int]:
     return parts
 
 
+@register_tracker("state_bytes")
 class StateBytes(Tracker):
-    """The bytes of the method's training state (`training_state_bytes`), read when written."""
+    """The bytes of the method's training state (`training_state_bytes`), read when written (after
+    the timed segments: it runs around no work)."""
 
     fields = (
         ResultField("state_bytes", int | None, LATEST, RANK0, "bytes training keeps between steps", default=None,
-                    per_rank=True, column=Column("state", "bytes")),
+                    per_rank=True, column=Column("state", "bytes"), unit="bytes", better="lower"),
         ResultField("state_breakdown", dict[str, int] | None, LATEST, RANK0, "state_bytes by part, with total",
-                    default=None),
+                    default=None, unit="bytes"),
     )
 
     def __init__(self, method: Method) -> None:
         self.method = method
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "StateBytes | None":
+        return cls(context.method) if context.timed else None
 
     def write(self, line: Any) -> None:
         state = training_state_bytes(self.method)
@@ -83,14 +92,21 @@ class StateBytes(Tracker):
         line.state_breakdown = state
 
 
+@register_tracker("activations")
 class ActivationCounter(Tracker):
     """Counts the bytes autograd saves for backward inside `with` (parameters excluded), through
-    `torch.autograd.graph.saved_tensors_hooks`. Each storage counts once."""
+    `torch.autograd.graph.saved_tensors_hooks`, in the first warm-up step. Each storage counts once."""
 
+    runs = frozenset({WARMUP})
     fields = (
         ResultField("activation_bytes", int | None, LATEST, RANK0, "bytes autograd saves for backward in one step",
-                    default=None, per_rank=True, column=Column("activation", "bytes")),
+                    default=None, per_rank=True, column=Column("activation", "bytes"), unit="bytes",
+                    over_segments="warm-up", better="lower"),
     )
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "ActivationCounter | None":
+        return cls(context.method.model) if context.timed else None
 
     def __init__(self, model: torch.nn.Module) -> None:
         self._params = {_storage_key(p) for p in model.parameters()}
@@ -119,16 +135,24 @@ class ActivationCounter(Tracker):
         line.activation_bytes = self.total
 
 
+@register_tracker("allocator_peak")
 class AllocatorPeak(Tracker):
-    """`torch.cuda.max_memory_allocated` / `max_memory_reserved` over the work inside `with`.
-    On other devices both stay None."""
+    """`torch.cuda.max_memory_allocated` / `max_memory_reserved` over the work inside `with` (the
+    timed segments). On other devices both stay None. The allocator's peak is the process's."""
 
+    runs = frozenset({CASE})
+    per_process = True
     fields = (
         ResultField("peak_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak allocated bytes",
-                    default=None, per_rank=True, column=Column("peak", "bytes")),
+                    default=None, per_rank=True, column=Column("peak", "bytes"), unit="bytes", over_segments="peak",
+                    better="lower"),
         ResultField("reserved_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak reserved bytes",
-                    default=None, per_rank=True),
+                    default=None, per_rank=True, unit="bytes", over_segments="peak", better="lower"),
     )
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "AllocatorPeak | None":
+        return cls(context.device) if context.timed else None
 
     def __init__(self, device: torch.device) -> None:
         import torch
@@ -193,6 +217,7 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
+@register_tracker("rss_peak")
 class RssPeak(Tracker):
     """How much more resident memory than `baseline_bytes` the work inside `with` needed at its peak.
 
@@ -205,10 +230,17 @@ class RssPeak(Tracker):
     is unknown (no /proc: not Linux).
     """
 
+    runs = frozenset({CASE})
+    per_process = True
     fields = (
         ResultField("rss_peak_bytes", int | None, PEAK, LARGEST, "resident memory the timed segments needed beyond the "
-                    "process's at the case's start", default=None, per_rank=True),
+                    "process's at the case's start", default=None, per_rank=True, unit="bytes", over_segments="peak",
+                    better="lower"),
     )
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "RssPeak | None":
+        return cls(context.rss_baseline_bytes) if context.timed else None
 
     def __init__(self, baseline_bytes: int | None) -> None:
         self.baseline_bytes = baseline_bytes

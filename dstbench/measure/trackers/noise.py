@@ -38,7 +38,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterable
 
 from dstbench.measure import nvml
-from dstbench.measure.trackers.base import RANK0, UNCHANGED, Cut, GroupRule, Joining, ResultField, Tracker
+from dstbench.measure.trackers.base import (
+    RANK0, SEGMENT, UNCHANGED, CaseContext, Cut, GroupRule, Joining, ResultField, SegmentOutcome, Tracker,
+)
+from dstbench.measure.trackers.registry import register_tracker
 
 if TYPE_CHECKING:  # light on purpose: reports and gates read the rule without importing torch
     import torch
@@ -190,13 +193,17 @@ NOISE_OF_GROUPS = GroupRule("every group's samples, assessed again", _join_noise
 WARNINGS_OF_GROUPS = GroupRule("every group's, each once; outliers and contention said for the merged line", _join_warnings, derived=True)
 
 
+@register_tracker("noise")
 class NoiseRecord(Tracker):
-    """A case's `noise` field, built segment by segment; `write` adds it to the line with the
-    contention warning when the case was contended."""
+    """A case's `noise` field, built segment by segment (a `SegmentNoise` around each, outside its
+    clock); `write` adds it to the line with the contention warning when the case was contended.
+    Each segment's sample goes back to the launcher with the segment's time (`noise`)."""
 
+    runs = frozenset({SEGMENT})
     fields = (
         ResultField("noise", dict[str, Any] | None, NOISE_OF_GROUPS, RANK0,
-                    "contention per segment and the rule's verdict (see the module docstring)", default=None),
+                    "contention per segment and the rule's verdict (see the module docstring)", default=None,
+                    over_segments="each"),
     )
 
     def __init__(self, device: torch.device, threads: int) -> None:
@@ -205,15 +212,26 @@ class NoiseRecord(Tracker):
         self.samples: list[dict[str, Any]] = []
         self.loadavg_start: list[float] | None = None
         self.loadavg_end: list[float] | None = None
+        self._meter: SegmentNoise | None = None
 
-    def segment(self, group_pids: Iterable[int] = ()) -> SegmentNoise:
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "NoiseRecord | None":
+        return cls(context.device, context.threads) if context.timed else None
+
+    def segment(self, tag: Any = None) -> SegmentNoise:
         if self.loadavg_start is None:
             self.loadavg_start = _loadavg()
-        return SegmentNoise(self.device, self.threads, group_pids)
+        self._meter = SegmentNoise(self.device, self.threads, getattr(tag, "group_pids", ()))
+        return self._meter
 
-    def add(self, meter: SegmentNoise) -> None:
-        self.samples.append(meter.sample)
+    def add(self, outcome: SegmentOutcome) -> None:
+        assert self._meter is not None, "add() without a segment window"
+        sample = self._meter.sample
+        # After the segment, untimed: how long its threads took to park (dstbench.measure.hand_over).
+        sample["hand_over_ms"] = outcome.hand_over_ms
+        self.samples.append(sample)
         self.loadavg_end = _loadavg()
+        outcome.report["noise"] = sample
 
     def to_dict(self) -> dict[str, Any]:
         noise: dict[str, Any] = {

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dstbench.measure.trackers.base import LATEST, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker
+from dstbench.measure.trackers.base import LATEST, CaseContext, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker
+from dstbench.measure.trackers.registry import register_tracker
 
 
 def _world_size(values: list[Any], ranks: Ranks) -> int:
@@ -52,17 +53,30 @@ RANK_ENTRIES = RankRule("each rank's own figures", _rank_entries)
 ENTRIES_OF_GROUPS = GroupRule("each rank's samples from every job, the rest from the latest", _join_entries)
 
 
+@register_tracker("ranks")
 class RankPlacement(Tracker):
-    """This rank's place in a distributed job; `write` records it in the rank's line."""
+    """This rank's place in a distributed job; `write` records it in the rank's line. Built for
+    every case of a distributed job (timed or not); it runs around no work."""
 
+    untimed_cases = True
     fields = (
-        ResultField("world_size", int, LATEST, WORLD_SIZE, "processes the case ran on", default=1),
+        ResultField("world_size", int, LATEST, WORLD_SIZE, "processes the case ran on", default=1, unit="processes"),
         ResultField("ranks", list[dict[str, Any]] | None, ENTRIES_OF_GROUPS, RANK_ENTRIES,
                     "each rank's rank, local rank, host and per-rank figures", default=None),
     )
 
     def __init__(self, world_size: int, rank: int, local_rank: int, host: str) -> None:
         self.world_size, self.rank, self.local_rank, self.host = world_size, rank, local_rank, host
+
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "RankPlacement | None":
+        import socket
+
+        from dstbench.util import distributed  # torch: imported only in a case's process
+
+        if not distributed.is_distributed():
+            return None
+        return cls(distributed.world_size(), distributed.rank(), distributed.local_rank(), socket.gethostname())
 
     def write(self, line: Any) -> None:
         line.world_size = self.world_size

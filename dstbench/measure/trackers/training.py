@@ -6,34 +6,42 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dstbench.measure.trackers.base import (
-    COUNT, LARGEST, LATEST, MEAN, PER_SEGMENT, RANK0, SLOWEST_PER_SEGMENT, TOTAL, TOTAL_BY_KEY, ResultField, Tracker,
+    COUNT, LARGEST, LATEST, MEAN, PER_SEGMENT, RANK0, SEGMENT, SLOWEST_PER_SEGMENT, TOTAL, TOTAL_BY_KEY, CaseContext,
+    ResultField, SegmentOutcome, Tracker,
 )
+from dstbench.measure.trackers.registry import register_tracker
 
 if TYPE_CHECKING:
     from dstbench.dst.method_base import Method, SegmentStats
 
 
+@register_tracker("training")
 class TrainingStats(Tracker):
     """Each timed segment's `SegmentStats` (`add`); `write` sums their updates and reads the
-    method's density and extras. The accuracy track writes these fields for its own training."""
+    method's density and extras, after the training state's bytes are read. The accuracy track
+    writes these fields for its own training."""
 
+    runs = frozenset({SEGMENT})
+    after = ("state_bytes",)
     fields = (
         ResultField("density_achieved", float | None, LATEST, RANK0, "the density the method's weights have",
-                    default=None, per_rank=True),
-        ResultField("topology_updates", int | None, COUNT, RANK0, "topology updates in the timed segments", default=None),
+                    default=None, per_rank=True, unit="fraction"),
+        ResultField("topology_updates", int | None, COUNT, RANK0, "topology updates in the timed segments", default=None,
+                    unit="count", over_segments="sum"),
         ResultField("topology_ms", float | None, TOTAL, LARGEST, "milliseconds of those updates", default=None,
-                    per_rank=True),
+                    per_rank=True, unit="ms", over_segments="sum", better="lower"),
         # Aligned with segment_ms: which segments held updates, and how long they took there. A time
         # to target takes a step's time from the segments less their updates, and adds the updates.
         ResultField("segment_topology_updates", list[int], PER_SEGMENT, RANK0, "topology updates in each timed segment",
-                    default_factory=list),
+                    default_factory=list, unit="count", over_segments="each"),
         ResultField("segment_topology_ms", list[float], PER_SEGMENT, SLOWEST_PER_SEGMENT,
-                    "milliseconds of the topology updates in each timed segment", default_factory=list, per_rank=True),
+                    "milliseconds of the topology updates in each timed segment", default_factory=list, per_rank=True,
+                    unit="ms", over_segments="each"),
         ResultField("topology_detail_ms", dict[str, float] | None, TOTAL_BY_KEY, RANK0,
-                    "topology_ms by sub-phase (e.g. resize, state_remap)", default=None),
+                    "topology_ms by sub-phase (e.g. resize, state_remap)", default=None, unit="ms", over_segments="sum"),
         # The mean over ranks is the global batch's loss: the ranks' batches are the same size.
         ResultField("loss", float | None, LATEST, MEAN, "training loss of the last timed segment", default=None,
-                    per_rank=True),
+                    per_rank=True, over_segments="last", better="lower"),
         ResultField("data_loading", str | None, LATEST, RANK0, "how the training inputs were produced", default=None),
         ResultField("method_extras", dict[str, Any], LATEST, RANK0, "the method's own figures, with step totals",
                     default_factory=dict),
@@ -44,8 +52,12 @@ class TrainingStats(Tracker):
         self.data_loading = data_loading
         self.stats: list[SegmentStats] = []
 
-    def add(self, stats: SegmentStats) -> None:
-        self.stats.append(stats)
+    @classmethod
+    def for_case(cls, context: CaseContext) -> "TrainingStats | None":
+        return cls(context.method, context.data_loading) if context.timed else None
+
+    def add(self, outcome: SegmentOutcome) -> None:
+        self.stats.append(outcome.stats)
 
     def write(self, line: Any) -> None:
         method = self.method

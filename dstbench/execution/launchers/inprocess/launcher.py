@@ -5,9 +5,10 @@ A case's code that calls `sys.exit` (SystemExit) fails its case as `crash`, as a
 exits does; `os._exit` cannot be caught in a process and ends the whole run here: run such methods
 with the subprocess launcher (the default).
 
-Peaks and energy are per process (the allocator's and RSS high-water marks, the GPU's energy
-counter), so a case that was alive beside others here cannot have its own: its line leaves them
-unmeasured and says why in `warnings`. Time, exact byte counts and FLOPs are per case as usual.
+Some trackers' figures are per process (the allocator's and RSS high-water marks, the GPU's energy
+counter: those that declare `per_process`), so a case that was alive beside others here cannot have
+its own: its line leaves them unmeasured and says why in `warnings`. Time, exact byte counts and
+FLOPs are per case as usual.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
 from dstbench.execution.launchers.base import Launcher, register_launcher
 from dstbench.execution.launchers.inprocess.config import InProcessConfig
+from dstbench.measure.trackers.registry import registered_trackers
 from dstbench.results.record import CaseResult
 from dstbench.execution.rounds import run_alone
 from dstbench.execution.case_session import CaseSession, SegmentTag, failure
@@ -78,7 +80,7 @@ class InProcessCase:
             result = self._call(self.session.finish)
             if result is not None:
                 if self.beside_others:
-                    _unmeasured_peaks(result)
+                    unmeasured_per_process(result)
                 return result
         assert self.failed is not None
         return self.failed
@@ -103,10 +105,11 @@ def exited(task: CaseTask, exc: SystemExit) -> CaseResult:
 SHARED_PROCESS = "timed in one process beside other cases (launcher inprocess): peaks and energy are the process's, not the case's"
 
 
-def _unmeasured_peaks(result: CaseResult) -> None:
-    result.peak_memory_bytes = result.reserved_memory_bytes = result.rss_peak_bytes = None
-    if isinstance(result.energy, dict) and result.energy.get("measured"):
-        result.energy = {"measured": False, "reason": SHARED_PROCESS}
+def unmeasured_per_process(result: CaseResult) -> None:
+    """Mark the figures of every tracker declared `per_process` as not the case's own."""
+    for tracker in registered_trackers():
+        if tracker.per_process:
+            tracker.unmeasured(result, SHARED_PROCESS)
     result.warnings = [*(result.warnings or []), SHARED_PROCESS]
 
 

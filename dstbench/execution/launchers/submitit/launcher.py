@@ -56,7 +56,7 @@ from dstbench.execution.launchers.progress_file import ProgressFile
 from dstbench.execution.launchers.submitit.job import run_job
 from dstbench.execution.launchers.submitit.local_jobs import cancel_local_jobs, local_job_running
 from dstbench.execution.lifeline import Terminated
-from dstbench.results.record import CaseResult
+from dstbench.results.record import CaseResult, line_type
 from dstbench.util.files import slug, write_atomic
 from dstbench.suite.loading import SuiteError
 from dstbench.suite.schema import SuiteConfig
@@ -299,7 +299,7 @@ class SubmititLauncher(Launcher):
         if path.exists():
             outcome, value = pickle_load(path)
             if outcome == "success":
-                result = CaseResult.from_dict(value)
+                result = line_type().from_dict(value)
             else:  # the job raised outside the case: submitit's time-limit error, or a broken install
                 status = "timeout" if "timed-out" in str(value) else "error"
                 result = failed_result(task, status, f"job {w.job_id} failed:\n{value}")

@@ -27,7 +27,7 @@ from dstbench.execution.launchers.oom_kills import oom_kill_count, oom_kill_evid
 from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.execution.launchers.subprocess.main_module import main_module_withheld
 from dstbench.execution.launchers.subprocess.placement import Placement
-from dstbench.results.record import CaseResult
+from dstbench.results.record import CaseResult, line_type
 from dstbench.execution.rounds import run_alone
 from dstbench.execution.case_session import CaseSession, SegmentTag, failure
 
@@ -122,7 +122,7 @@ class SubprocessCase:
                         self.progress(*payload)
                     elif kind == "failed":
                         self.process.join(timeout=60)
-                        self.failed = CaseResult.from_dict(payload)
+                        self.failed = line_type().from_dict(payload)
                         self.close()
                         return None
                     elif kind == expected:
@@ -177,7 +177,7 @@ class SubprocessCase:
             payload = self._await("result")
             if payload is not None:
                 self.process.join(timeout=60)
-                return CaseResult.from_dict(payload)
+                return line_type().from_dict(payload)
         assert self.failed is not None
         return self.failed
 

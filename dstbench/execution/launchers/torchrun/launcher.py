@@ -33,7 +33,7 @@ from dstbench.suite.cases import Case
 from dstbench.execution.launchers.base import Launcher, register_launcher
 from dstbench.execution.launchers.progress_file import ProgressFile
 from dstbench.execution.launchers.torchrun.config import TorchrunConfig
-from dstbench.results.record import CaseResult
+from dstbench.results.record import CaseResult, line_type
 from dstbench.util.files import slug
 from dstbench.execution.case_setup import CaseTask, Progress, failed_result
 from dstbench.results.merge import merge_ranks
@@ -119,12 +119,12 @@ class TorchrunLauncher(Launcher):
         """The case's result from what the ranks left in `workdir`."""
         gathered = workdir / GATHERED
         if gathered.exists():  # every rank of the job succeeded (rank 0 lives on this node)
-            results = [CaseResult.from_dict(d) for d in json.loads(gathered.read_text())]
+            results = [line_type().from_dict(d) for d in json.loads(gathered.read_text())]
             return merge_ranks(results, self.world_size)
         n = self.config.nproc_per_node
         local = range(self.node_rank * n, (self.node_rank + 1) * n)
         files = [rank_file(workdir, r) for r in local]
-        results = [CaseResult.from_dict(json.loads(f.read_text())) for f in files if f.exists()]
+        results = [line_type().from_dict(json.loads(f.read_text())) for f in files if f.exists()]
         if any(r.status != "ok" for r in results):
             return first_failure(results, self.world_size)
         if len(results) == n and returncode == 0 and self.node_rank > 0:
