@@ -55,9 +55,11 @@ def test_a_tracker_in_one_file_reaches_the_line_and_the_frame(own_registry: None
     check_toy_fields(run_micro(tmp_path))
 
 
-def test_a_tracker_from_a_suites_plugins(own_registry: None, tmp_path: Any) -> None:
+@pytest.mark.parametrize("launcher", ["inprocess", pytest.param("subprocess", marks=pytest.mark.slow)])
+def test_a_tracker_from_a_suites_plugins(own_registry: None, tmp_path: Any, launcher: str) -> None:
     assert line_type() is CaseResult  # nothing registered it yet
-    run = run_micro(tmp_path, plugins=[TOY])
+    # In case processes (subprocess), each imports the plugin when it reads the suite, as the run does.
+    run = run_micro(tmp_path, plugins=[TOY], launcher={"name": launcher})
     check_toy_fields(run)
 
 
