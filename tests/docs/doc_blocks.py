@@ -8,6 +8,9 @@ line before a fenced block:
     <!-- docs-test: exit N (why) -->               every dstbench command of the block exits N
     <!-- docs-test: dry-run (why) -->              dstbench run commands get --dry-run
     <!-- docs-test: append ARGS (why) -->          ARGS appended to dstbench run/profile commands
+
+A block whose one line is `--8<-- "PATH"` (pymdownx.snippets, as the site shows it) is the
+repository's file PATH, run as if written in the block.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ KNOWN_LANGUAGES = SHELL + PYTHON + PARSED + NOT_RUN
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>[\w-]+)\s*(?P<rest>.*?)\s*-->\s*$")
+SNIPPET = re.compile(r'^--8<--\s+"(?P<path>[^"]+)"$')
 REASON = re.compile(r"^(?P<before>.*?)\s*\((?P<reason>[^()]*)\)$")
 
 
@@ -136,7 +140,13 @@ def page_blocks(path: Path) -> list[Block]:
             raise DocsRuleError(f"{where}: docs-test markers are for bash and python blocks, not {language}")
         if marker is not None and marker.kind != "skip" and language not in SHELL:
             raise DocsRuleError(f"{where}: docs-test {marker.kind} is for bash blocks")
-        blocks.append(Block(page, start + 1, language, "\n".join(body) + "\n", marker))
+        code = "\n".join(body) + "\n"
+        if len(body) == 1 and (snippet := SNIPPET.match(body[0].strip())):
+            included = ROOT / snippet.group("path")
+            if not included.is_file():
+                raise DocsRuleError(f"{where}: the block includes {snippet.group('path')}, which is not a file of the repository")
+            code = included.read_text(encoding="utf-8")
+        blocks.append(Block(page, start + 1, language, code, marker))
         pending = None
     if pending is not None:
         raise DocsRuleError(f"{page}:{pending[0]}: a docs-test marker with no block after it")

@@ -9,8 +9,9 @@ The rules (also in docs/testing.md, for readers of the manual):
   `dstbench.cli.main(argv)` (importing torch once, not per command), with globs expanded and
   `VAR=value` prefixes set; each must exit 0, or the code an `exit N` marker names. `mv`, `cp`,
   `rm`, `rmdir`, `mkdir` and `pytest-benchmark` run as programs. Anything else needs a skip marker.
-- `python` blocks run with `exec`; a page's blocks share one namespace. Methods and report sections
-  they register are unregistered after the page.
+- `python` blocks run with `exec`; a page's blocks share one namespace. Methods, trackers and
+  report sections they register are unregistered after the page. A block whose one line is
+  `--8<-- "PATH"` runs the repository's file PATH (the site shows it there).
 - `yaml` blocks parse, and a whole suite among them (`name` and `methods`) passes the schema;
   `toml` blocks parse; `text` blocks are not run.
 - Speed-up: `dstbench run` / `dstbench profile` of a suite and `dstbench.run_suite` get SPEED_UP
@@ -182,9 +183,10 @@ def check_parsed_block(block: Block) -> None:
 
 @pytest.fixture
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder with copies of suites/ and reports/, as the working directory; the method and
-    report-section registries as they were before, once the page is done."""
+    """A folder with copies of suites/ and reports/, as the working directory; the method, tracker
+    and report-section registries as they were before, once the page is done."""
     from dstbench.dst import registry
+    from dstbench.measure.trackers import registry as trackers
     from dstbench.methods import ensure_loaded
     from dstbench.report import sections
 
@@ -196,6 +198,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     sections.load_section_modules()
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(sections, "_SECTIONS", dict(sections._SECTIONS))
+    monkeypatch.setattr(trackers, "_REGISTRY", dict(trackers._REGISTRY))
     yield tmp_path
 
 
