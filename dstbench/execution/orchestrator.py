@@ -34,6 +34,7 @@ from dstbench.suite.plan import (
 )
 from dstbench.suite.schema import SuiteConfig
 from dstbench.results.coverage import PlannedCase, record_cases
+from dstbench.results.gate_metrics import unknown_metrics, unknown_text
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
 from dstbench.execution.group_lines import failed_in, latest_lines, write_group
@@ -282,6 +283,9 @@ def plan_run(
         overrides["device"] = device
     suite = load_suite(suite_path, overrides, recorded=False)  # even a run folder's suite.yaml: `run` needs its methods
     select_cases(suite, suite_path, only, densities)  # the selection's errors come first
+    unknown = unknown_metrics(list(suite.expect))  # a tracker's field: known once the plugins are imported
+    if unknown:
+        raise SuiteError(str(suite_path), [("expect", unknown_text(unknown).removeprefix("expect: "))])
     out = Path(out)
     blocking = next((p for p in (out, *out.parents) if p.exists()), None)
     if blocking is not None and not blocking.is_dir():

@@ -27,6 +27,7 @@ __all__ = [
 SECTION_MODULES = (
     "dstbench.report.expectations",
     "dstbench.report.tables",
+    "dstbench.report.tracker_fields",
     "dstbench.report.time_to_accuracy",
     "dstbench.report.plots",
     "dstbench.report.environment",

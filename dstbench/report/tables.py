@@ -171,7 +171,7 @@ def _achieved(r: pd.Series) -> str:
     return f"{float(achieved):.3f}" + (" off target" if r.get("density_off_target") is True else "")
 
 
-def _identity(derived: pd.DataFrame) -> tuple[list[str], Any]:
+def identity_columns(derived: pd.DataFrame) -> tuple[list[str], Any]:
     """Leading columns naming a case (with the density it achieved); `run` only when several runs
     share the report, `execution` only when a masked method ran with sparse kernels (csr,
     semi_structured)."""
@@ -220,7 +220,7 @@ def speed_table(derived: pd.DataFrame) -> Table | None:
     rows = ordered(derived)
     compiled = "compile" in derived and bool(derived["compile"].map(lambda c: isinstance(c, dict)).any())
     ref = _reference(derived)
-    headers, cells = _identity(derived)
+    headers, cells = identity_columns(derived)
     body = [
         cells(r)
         + [
@@ -252,7 +252,7 @@ def memory_table(derived: pd.DataFrame) -> Table | None:
         return None
     rows = ordered(derived)
     ref = _reference(derived)
-    headers, cells = _identity(derived)
+    headers, cells = identity_columns(derived)
     body = [
         cells(r)
         + [
@@ -298,7 +298,7 @@ def accuracy_table(derived: pd.DataFrame) -> Table | None:
     ref = _reference(derived)
     drop_vs = "dense" if (derived["method"] == "dense").any() else ref
     rows = ordered(pool_seeds(derived, baseline=drop_vs))
-    headers, cells = _identity(rows)
+    headers, cells = identity_columns(rows)
     timed = "target_seeds" in rows and bool((rows["target_seeds"] > 0).any())  # curves to time to a target
     letters = ranking_letters(derived)
     points = frame_points(rows)
@@ -401,7 +401,7 @@ def summary_table(derived: pd.DataFrame, reference: str, fmt: str = "simple") ->
     if derived.empty:
         return "(no results)"
     rows = ordered(derived)
-    headers, cells = _identity(derived)
+    headers, cells = identity_columns(derived)
     body = [
         cells(r)
         + [

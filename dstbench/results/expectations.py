@@ -4,6 +4,9 @@
       - {metric: speedup, method: barter, vs: rigl, density: 0.1, min: 3.0}
       - {metric: density_achieved, method: "*", tolerance: 0.01}
 
+`metric` is a built-in metric or a registered tracker's numeric field (`dstbench.results.gate_metrics`),
+gated line by line on the value its declaration shows (`ResultField.shown`: energy per step).
+
 `method` is a glob over method labels; `density` narrows to one density (default: all). Relative
 metrics compare each matching case with `vs` at the same density (a dense `vs` at 1.0). A failed
 expectation says which case and by how much. A speedup expectation may bound an end of its 95%
@@ -29,7 +32,9 @@ import pandas as pd
 
 from dstbench.suite.cases import line_case_id
 from dstbench.suite.schema import SuiteConfig
-from dstbench.suite.schema_sections import Expectation
+from dstbench.suite.schema_sections import METRICS, Expectation
+from dstbench.measure.trackers.base import ResultField
+from dstbench.results.gate_metrics import declared_metric, unknown_metrics, unknown_text
 from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
 from dstbench.util.text import present
 from dstbench.results.derive import DENSITY_TOLERANCE, derive
@@ -324,6 +329,10 @@ def evaluate(
     outcomes: list[Outcome] = []
     for exp in expect:
         # Validation made sure every metric but density_achieved has a bound (config.py).
+        declared = declared_metric(exp.metric) if exp.metric not in METRICS else None
+        if exp.metric not in METRICS and declared is None:
+            outcomes.append(Outcome(exp, exp.method, None, False, unknown_text([exp.metric])))
+            continue
         vs = comparison_method(exp, reference)
         rows = _matching_rows(exp, vs, frame, coverage)
         absent = _absent_cases(exp, vs, frame, coverage)
@@ -347,6 +356,9 @@ def evaluate(
                 # A share of 0 would be no update timed, not a cheap one: nothing to gate.
                 outcomes.append(_skipped(exp, case, "not measured: no topology update fell inside a timed segment"))
                 continue
+            if declared is not None:
+                outcomes.append(_declared_outcome(exp, declared, case, row))
+                continue
             value, why = _value(exp, vs, row, derived, frame)
             if value is None or math.isnan(value):
                 reason = _partner_skipped(exp, vs, float(row["density"]), coverage)
@@ -356,6 +368,16 @@ def evaluate(
             outcomes.append(Outcome(exp, case, value, passed, message))
         outcomes += [_absent_outcome(exp, case, coverage) for case in absent if coverage is not None]
     return outcomes
+
+
+def _declared_outcome(exp: Expectation, spec: ResultField, case: str, row: pd.Series) -> Outcome:
+    """A tracker's field, gated on the value its declaration shows, with its unit and direction."""
+    value = spec.shown(row.get(spec.name))
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or math.isnan(float(value)):
+        return Outcome(exp, case, None, False, f"{spec.name} {value if isinstance(value, str) else 'not recorded'}")
+    passed, message = _bounds_message(exp, float(value))
+    said = ", ".join(x for x in (spec.shown_unit or "", f"{spec.better} is better" if spec.better else "") if x)
+    return Outcome(exp, case, float(value), passed, message + (f" ({said})" if said else ""))
 
 
 def describe(outcome: Outcome, reference: str) -> str:
@@ -418,6 +440,11 @@ def run_outcomes(run_dir: str | Path, frame: pd.DataFrame | None = None) -> tupl
         return None
     expect, reference = stored
     folder = RunFolder.open(run_dir)
+    if unknown_metrics(expect):
+        try:
+            folder.suite()  # imports the run's plugins, whose trackers may declare the metric
+        except Exception:  # noqa: BLE001 - the outcome then says the metric is unknown
+            pass
     derived_for = folder.derived if frame is None or frame is folder.loaded() else None
     frame = folder.loaded() if frame is None else frame
     return reference, evaluate(expect, reference, frame, run_coverage(run_dir), derived_for)

@@ -48,14 +48,26 @@ def check_toy_fields(run: Any) -> None:
     assert "segment_cpu_threads" in run.frame(all_columns=True).columns
 
 
-def test_a_tracker_in_one_file_reaches_the_line_and_the_frame(own_registry: None, tmp_path: Any) -> None:
+@pytest.mark.slow  # a run (in this process)
+def test_a_tracker_in_one_file_reaches_the_line_the_frame_the_report_and_the_gates(own_registry: None, tmp_path: Any) -> None:
     import tests.measure.toy_tracker  # noqa: F401 - registers cpu_threads
 
     assert {"cpu_threads", "segment_cpu_threads"} <= {f.name for f in dataclasses.fields(line_type())}
-    check_toy_fields(run_micro(tmp_path))
+    run = run_micro(tmp_path, expect=[{"metric": "cpu_threads", "max": 1}, {"metric": "cpu_threads", "method": "rigl", "min": 2}])
+    check_toy_fields(run)
+    outcomes = {(o.expectation.method, o.case): o for o in run.check().expectations}
+    assert outcomes[("*", "dense@1")].verdict == outcomes[("*", "rigl@0.5")].verdict == "PASS"
+    assert outcomes[("*", "dense@1")].message == "1 <= 1 (threads)"
+    assert outcomes[("rigl", "rigl@0.5")].verdict == "FAIL" and "1 < min 2" in outcomes[("rigl", "rigl@0.5")].message
+    # The report's table of tracker figures: Markdown and HTML, with the terminal's text.
+    text = run.report(html=tmp_path / "r.html", markdown=tmp_path / "r.md")
+    for report in (text, (tmp_path / "r.md").read_text(), (tmp_path / "r.html").read_text()):
+        assert "Other tracker figures" in report and "cpu_threads (threads)" in report and "energy (J/step)" in report
+        assert "the most intra-op threads a timed segment ran with" in report or report is text
 
 
-@pytest.mark.parametrize("launcher", ["inprocess", pytest.param("subprocess", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a run
+@pytest.mark.parametrize("launcher", ["inprocess", "subprocess"])
 def test_a_tracker_from_a_suites_plugins(own_registry: None, tmp_path: Any, launcher: str) -> None:
     assert line_type() is CaseResult  # nothing registered it yet
     # In case processes (subprocess), each imports the plugin when it reads the suite, as the run does.

@@ -61,7 +61,7 @@ def test_registered_sections_reach_the_page(extra_sections: None, synthetic_run:
 def test_terminal_selection_leaves_out_plots_and_page_only_tables(synthetic_run: Path) -> None:
     derived = derive(load_frame([synthetic_run]), "rigl")
     keys = [s.key for s in render_sections(derived, images=False, terminal_only=True)]
-    assert keys[:3] == ["speed", "memory", "failed"]
+    assert keys[:4] == ["speed", "memory", "tracker_fields", "failed"]
     assert "environment" not in keys and not any(k.endswith("_plot") for k in keys)
 
 

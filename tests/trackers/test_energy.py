@@ -81,3 +81,40 @@ def test_an_unreadable_counter_is_not_measured(monkeypatch: pytest.MonkeyPatch) 
     out = meter.result(steps=20, images=640)
     assert out["measured"] is False
     assert "not readable" in out["reason"]
+
+
+def fake_rapl(root, packages: dict[str, list[int]], wrap: int = 2**32):  # type: ignore[no-untyped-def]
+    """A powercap folder whose package counters read the given values in turn."""
+    readings = {}
+    for name, values in packages.items():
+        domain = root / name
+        domain.mkdir(parents=True)
+        (domain / "max_energy_range_uj").write_text(str(wrap))
+        readings[domain / "energy_uj"] = iter(values)
+        (domain / "energy_uj").write_text(str(values[0]))
+    (root / "intel-rapl:0:0").mkdir()  # a sub-domain (cores): not a package, not summed
+    return readings
+
+
+def test_rapl_measures_the_cpu_packages_with_a_wrap(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from dstbench.measure import rapl
+
+    readings = fake_rapl(tmp_path, {"intel-rapl:0": [1_000_000, 1_000_000, 3_000_000],
+                                    "intel-rapl:1": [4_294_000_000, 4_294_000_000, 500_000]})
+    real = rapl._read_int
+    monkeypatch.setattr(rapl, "_read_int", lambda path: next(readings[path]) if path in readings else real(path))
+    times = iter([0.0, 0.5])
+    with energy.EnergyMeter(torch.device("cpu"), clock=lambda: next(times), rapl_root=tmp_path) as meter:
+        pass
+    out = meter.result(steps=10, images=80)
+    # 2 J on package 0; package 1 wrapped at 2**32 uJ: 4294967296 - 4294000000 + 500000 uJ.
+    assert out["measured"] is True and out["rapl_packages"] == 2 and out["source"] == energy.RAPL_SOURCE
+    assert out["joules"] == pytest.approx(2.0 + (2**32 - 4_294_000_000 + 500_000) / 1e6)
+    assert energy.joules_per_step(out) == pytest.approx(out["joules"] / 10)
+    assert energy.joules_per_step({"measured": False, "reason": "x"}) == "not measured"
+
+
+def test_without_rapl_the_cpu_reason_says_where_it_looked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with energy.EnergyMeter(torch.device("cpu"), rapl_root=tmp_path / "absent") as meter:
+        pass
+    assert "RAPL" in meter.result(steps=1, images=1)["reason"]

@@ -18,11 +18,11 @@ class AccuracyTrack(Tracker):
 
     fields = (
         ResultField("top1", float | None, LATEST, RANK0, "top-1 accuracy on the test split", default=None, per_rank=True,
-                    unit="fraction", over_seeds="mean", better="higher"),
+                    unit="fraction", over_seeds="mean", better="higher", report=False),
         ResultField("top5", float | None, LATEST, RANK0, "top-5 accuracy (None with 5 classes or fewer)", default=None,
-                    unit="fraction", over_seeds="mean", better="higher"),
-        ResultField("epochs", int | None, LATEST, RANK0, "epochs trained", default=None, unit="epochs"),
+                    unit="fraction", over_seeds="mean", better="higher", report=False),
+        ResultField("epochs", int | None, LATEST, RANK0, "epochs trained", default=None, unit="epochs", report=False),
         ResultField("train_time_s", float | None, LATEST, LARGEST, "seconds of training", default=None, per_rank=True,
-                    unit="s", over_seeds="mean", better="lower"),
+                    unit="s", over_seeds="mean", better="lower", report=False),
         ResultField("curve", list[dict[str, Any]] | None, LATEST, RANK0, "one point per evaluation", default=None),
     )

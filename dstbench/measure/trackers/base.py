@@ -166,6 +166,12 @@ class ResultField:
     over_segments: str = "case"  # SEGMENT_AGGREGATES: how the value relates to the timed segments
     over_seeds: str = "first"  # SEED_AGGREGATES: what a row pooled over a case's seeds shows
     better: str | None = None  # "lower", "higher", or None (not a figure to improve)
+    # The report's table of tracker figures (`dstbench.report.tracker_fields`) shows the field unless
+    # it opts out (another table shows it, or it is a setting); a value that is not a number, a
+    # string or a flag shows through `summary` (value -> number or text), else not at all.
+    report: bool = True
+    summary: Callable[[Any], Any] | None = None
+    summary_unit: str | None = None  # the unit of what `summary` gives (default: `unit`)
 
     def __post_init__(self) -> None:
         for what, value, allowed in (("over_segments", self.over_segments, SEGMENT_AGGREGATES),
@@ -176,6 +182,29 @@ class ResultField:
     @property
     def has_default(self) -> bool:
         return self.default is not REQUIRED or self.default_factory is not REQUIRED
+
+    @property
+    def reported(self) -> bool:
+        """Whether the report's table of tracker figures has a column for it."""
+        return self.report and (self.scalar or self.summary is not None)
+
+    def shown(self, value: Any) -> Any:
+        """What a report cell shows of `value`: itself, or its `summary`."""
+        return self.summary(value) if self.summary is not None else value
+
+    @property
+    def shown_unit(self) -> str | None:
+        """The unit of what `shown` gives."""
+        return self.summary_unit if self.summary is not None else self.unit
+
+    @property
+    def gateable(self) -> bool:
+        """Whether `expect:` and `compare --metric` can judge it: a number, or a value whose
+        `summary` is one."""
+        union = typing.get_origin(self.type) in (typing.Union, types.UnionType)
+        args = typing.get_args(self.type) if union else (self.type,)
+        numeric = any(arg in (int, float) for arg in args) and all(arg in (int, float, type(None)) for arg in args)
+        return numeric or self.summary is not None
 
     @property
     def scalar(self) -> bool:

@@ -74,19 +74,19 @@ class CompileRecord(Tracker):
                     "the torch.compile options the case trained under (None: eagerly)", default=None),
         ResultField("compile_s", float | None, PEAK, LARGEST,
                     "seconds torch spent compiling before the timed segments (the longest of the case's processes)",
-                    default=None, per_rank=True, unit="s", better="lower"),
+                    default=None, per_rank=True, unit="s", better="lower", report=False),
         ResultField("recompiles", int | None, COUNT, LARGEST, "graphs torch compiled inside the timed segments",
                     default=None, per_rank=True, column=Column("recompiles", "count"), unit="count", over_segments="sum",
-                    better="lower"),
+                    better="lower", report=False),
         ResultField("segment_recompiles", list[int], PER_SEGMENT, RANK0,
                     "graphs compiled in each timed segment (aligned with segment_ms)", default_factory=list,
                     unit="count", over_segments="each"),
         ResultField("recompile_ms", float | None, TOTAL, LARGEST,
                     "milliseconds torch spent compiling inside the timed segments (part of their time)", default=None,
-                    unit="ms", over_segments="sum", better="lower"),
+                    unit="ms", over_segments="sum", better="lower", report=False),
         ResultField("topology_recompile_ms", float | None, TOTAL, LARGEST,
                     "of recompile_ms, what followed a topology update: charged to the updates", default=None,
-                    unit="ms", over_segments="sum", better="lower"),
+                    unit="ms", over_segments="sum", better="lower", report=False),
     )
 
     def __init__(self, options: dict[str, Any] | None) -> None:

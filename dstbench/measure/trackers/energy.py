@@ -1,13 +1,16 @@
-"""Energy of the timed segments from NVML's total-energy counter (NVIDIA GPUs, Volta and newer).
+"""Energy of the timed segments from NVML's total-energy counter (NVIDIA GPUs, Volta and newer) or,
+on the CPU, the packages' RAPL counters where this process can read them (`dstbench.measure.rapl`).
 
-The counter is read at the start and the end of each window (a `with` block; a case alone on the
+The NVML counter is read at the start and the end of each window (a `with` block; a case alone on the
 GPU reads once around all its segments, an interleaved one around each of its own segments, since
 its group's other cases use the GPU in between). It counts the whole GPU (other processes on it
 included) in millijoules, but the driver refreshes it only every so often, so a short window can
 read a stale value at either end. Windows must last `MIN_WINDOW_S` or more on average (then one
 missed refresh per window, of roughly 0.1 s, is at most ~5% of the time) and the counter must
-advance; otherwise the result says "not measured" and why. Everything here returns a reason rather than
-raising: a machine without a driver simply records no energy.
+advance; otherwise the result says "not measured" and why. RAPL counts whole CPU packages (every
+process on them) in microjoules, updated about every millisecond, so its windows need only
+`RAPL_MIN_WINDOW_S`. Everything here returns a reason rather than raising: a machine without a
+driver or readable counters simply records no energy.
 
 Merged lines: a case timed in several groups sums its groups' windows; a distributed case sums its
 ranks' GPUs. Either only when every part was measured.
@@ -21,7 +24,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
-from dstbench.measure import nvml
+from dstbench.measure import nvml, rapl
 from dstbench.measure.trackers.base import (
     CASE, SEGMENT, UNCHANGED, CaseContext, Cut, GroupRule, Joining, RankRule, Ranks, ResultField, Tracker,
 )
@@ -31,7 +34,9 @@ if TYPE_CHECKING:  # torch is imported where it is used: the result record reads
     import torch
 
 MIN_WINDOW_S = 2.0
+RAPL_MIN_WINDOW_S = 0.1
 SOURCE = "NVML total-energy counter (whole GPU)"
+RAPL_SOURCE = "RAPL package counters (whole CPU packages, Linux powercap)"
 
 
 def _join_groups(old: dict[str, Any] | None, new: dict[str, Any] | None, joining: Joining) -> dict[str, Any] | None:
@@ -57,6 +62,8 @@ def _combine_ranks(energies: list[Any], ranks: Ranks) -> dict[str, Any] | None:
     """The job's energy: every rank's GPU summed, when every rank measured its own."""
     if not all(e and e.get("measured") for e in energies):
         return energies[0]
+    if any(e.get("source") == RAPL_SOURCE for e in energies):
+        return {"measured": False, "reason": "RAPL counts whole CPU packages, which ranks on one host share: not summed over ranks"}
     joules = sum(e["joules"] for e in energies)
     seconds = max(e["seconds"] for e in energies)
     steps = energies[0]["steps"]
@@ -67,6 +74,14 @@ def _combine_ranks(energies: list[Any], ranks: Ranks) -> dict[str, Any] | None:
         "joules": joules, "seconds": seconds, "images": images, "joules_per_step": joules / steps,
         "images_per_joule": images / joules, "mean_power_w": joules / seconds,
     }
+
+
+def joules_per_step(energy: Any) -> Any:
+    """What the report shows of a line's energy: joules per timed step where a counter measured
+    them, "not measured" where it did not (None: a line without the field)."""
+    if not isinstance(energy, dict):
+        return None
+    return energy.get("joules_per_step") if energy.get("measured") else "not measured"
 
 
 ENERGY_OF_GROUPS = GroupRule("every group's windows summed, when each was measured", _join_groups, _strip_group)
@@ -91,25 +106,30 @@ class EnergyMeter(Tracker):
     fields = (
         ResultField("energy", dict[str, Any] | None, ENERGY_OF_GROUPS, ENERGY_OF_RANKS,
                     "joules of the timed segments, or why not measured (see the module docstring)", default=None,
-                    unit="J", over_segments="window"),
+                    unit="J", over_segments="window", summary=joules_per_step, summary_unit="J/step"),
     )
 
     def __init__(
         self,
         device: torch.device,
         *,
-        min_seconds: float = MIN_WINDOW_S,
+        min_seconds: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        rapl_root: Any = None,
     ) -> None:
         import torch
 
         self.device = torch.device(device)
-        self.min_seconds = min_seconds
+        self.min_seconds = min_seconds if min_seconds is not None else (
+            RAPL_MIN_WINDOW_S if self.device.type == "cpu" else MIN_WINDOW_S)
         self._clock = clock
         self._index: int | None = None
         self._start_mj: int | None = None
+        self._rapl_root = rapl_root  # the powercap folder (tests point it elsewhere)
+        self._packages: list[Any] | None = None  # RAPL domains, on the CPU
+        self._rapl_start: list[int] | None = None
         self._t0 = 0.0
-        self._windows: list[tuple[int, float]] = []  # (millijoules, seconds) per window
+        self._windows: list[tuple[float, float]] = []  # (millijoules, seconds) per window
         self.reason: str | None = None  # why not measured; None while it can still be
         self.spanning = True  # one window over all the segments (alone), else one per segment
 
@@ -133,6 +153,12 @@ class EnergyMeter(Tracker):
     def __enter__(self) -> "EnergyMeter":
         if self.reason is not None:
             pass
+        elif self.device.type == "cpu":
+            if self._packages is None:
+                self._packages = rapl.packages(self._rapl_root)
+            self._rapl_start = rapl.read_uj(self._packages) if self._packages else None
+            if self._rapl_start is None:
+                self.reason = f"device cpu: {rapl.unreadable_reason(self._rapl_root)}"
         elif self.device.type != "cuda":
             self.reason = f"device {self.device.type}: NVML's energy counter exists on NVIDIA GPUs only"
         elif not nvml.available():
@@ -148,7 +174,13 @@ class EnergyMeter(Tracker):
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         t1 = self._clock()
-        if self.reason is None and self._index is not None and self._start_mj is not None:
+        if self.reason is None and self._packages and self._rapl_start is not None:
+            end = rapl.read_uj(self._packages)
+            if end is None:
+                self.reason = "a RAPL counter could not be read after the segments"
+            else:
+                self._windows.append((rapl.joules_between(self._packages, self._rapl_start, end) * 1e3, t1 - self._t0))
+        elif self.reason is None and self._index is not None and self._start_mj is not None:
             end_mj = nvml.total_energy_mj(self._index)
             if end_mj is None:
                 self.reason = "the total-energy counter could not be read after the segments"
@@ -175,10 +207,11 @@ class EnergyMeter(Tracker):
         joules = sum(mj for mj, _ in self._windows) / 1e3
         if joules <= 0:
             return {"measured": False, "reason": "the total-energy counter did not advance over the segments"}
+        where = {"source": RAPL_SOURCE, "rapl_packages": len(self._packages)} if self._packages else {
+            "source": SOURCE, "nvml_index": self._index}
         return {
             "measured": True,
-            "source": SOURCE,
-            "nvml_index": self._index,
+            **where,
             "joules": joules,
             "seconds": self.seconds,
             "steps": steps,

@@ -108,15 +108,15 @@ class SegmentTimes(Tracker):
     runs = frozenset({SEGMENT})
     fields = (
         ResultField("segment_steps", int | None, LATEST, RANK0, "training steps per timed segment", default=None,
-                    unit="steps"),
+                    unit="steps", report=False),
         ResultField("segment_ms", list[float], PER_SEGMENT, SLOWEST_PER_SEGMENT, "milliseconds of each timed segment",
                     default_factory=list, per_rank=True, unit="ms", over_segments="each", better="lower"),
         ResultField("median_ms", float | None, MEDIAN_OF_SAMPLES, MEDIAN_OF_SLOWEST, "median of segment_ms", default=None,
-                    per_rank=True, unit="ms", over_segments="median", better="lower"),
+                    per_rank=True, unit="ms", over_segments="median", better="lower", report=False),
         ResultField("iqr_ms", float | None, IQR_OF_SAMPLES, IQR_OF_SLOWEST, "interquartile range of segment_ms",
-                    default=None, unit="ms", over_segments="spread"),
+                    default=None, unit="ms", over_segments="spread", report=False),
         ResultField("images_per_s", float | None, IMAGES_OF_SAMPLES, IMAGES_OF_JOB, "images per second at median_ms",
-                    default=None, per_rank=True, unit="images/s", over_segments="median", better="higher"),
+                    default=None, per_rank=True, unit="images/s", over_segments="median", better="higher", report=False),
         # What each sample was timed with (aligned with segment_ms): the interleaved group's id, its
         # round, its start (Unix seconds).
         ResultField("segment_group", list[str], PER_SEGMENT, RANK0, "each segment's interleaved group id",

@@ -74,7 +74,7 @@ class StateBytes(Tracker):
 
     fields = (
         ResultField("state_bytes", int | None, LATEST, RANK0, "bytes training keeps between steps", default=None,
-                    per_rank=True, column=Column("state", "bytes"), unit="bytes", better="lower"),
+                    per_rank=True, column=Column("state", "bytes"), unit="bytes", better="lower", report=False),
         ResultField("state_breakdown", dict[str, int] | None, LATEST, RANK0, "state_bytes by part, with total",
                     default=None, unit="bytes"),
     )
@@ -101,7 +101,7 @@ class ActivationCounter(Tracker):
     fields = (
         ResultField("activation_bytes", int | None, LATEST, RANK0, "bytes autograd saves for backward in one step",
                     default=None, per_rank=True, column=Column("activation", "bytes"), unit="bytes",
-                    over_segments="warm-up", better="lower"),
+                    over_segments="warm-up", better="lower", report=False),
     )
 
     @classmethod
@@ -145,7 +145,7 @@ class AllocatorPeak(Tracker):
     fields = (
         ResultField("peak_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak allocated bytes",
                     default=None, per_rank=True, column=Column("peak", "bytes"), unit="bytes", over_segments="peak",
-                    better="lower"),
+                    better="lower", report=False),
         ResultField("reserved_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak reserved bytes",
                     default=None, per_rank=True, unit="bytes", over_segments="peak", better="lower"),
     )

@@ -60,7 +60,7 @@ class RankPlacement(Tracker):
 
     untimed_cases = True
     fields = (
-        ResultField("world_size", int, LATEST, WORLD_SIZE, "processes the case ran on", default=1, unit="processes"),
+        ResultField("world_size", int, LATEST, WORLD_SIZE, "processes the case ran on", default=1, unit="processes", report=False),
         ResultField("ranks", list[dict[str, Any]] | None, ENTRIES_OF_GROUPS, RANK_ENTRIES,
                     "each rank's rank, local rank, host and per-rank figures", default=None),
     )

@@ -25,7 +25,7 @@ class TrainingStats(Tracker):
     after = ("state_bytes",)
     fields = (
         ResultField("density_achieved", float | None, LATEST, RANK0, "the density the method's weights have",
-                    default=None, per_rank=True, unit="fraction"),
+                    default=None, per_rank=True, unit="fraction", report=False),
         ResultField("topology_updates", int | None, COUNT, RANK0, "topology updates in the timed segments", default=None,
                     unit="count", over_segments="sum"),
         ResultField("topology_ms", float | None, TOTAL, LARGEST, "milliseconds of those updates", default=None,
@@ -42,7 +42,7 @@ class TrainingStats(Tracker):
         # The mean over ranks is the global batch's loss: the ranks' batches are the same size.
         ResultField("loss", float | None, LATEST, MEAN, "training loss of the last timed segment", default=None,
                     per_rank=True, over_segments="last", better="lower"),
-        ResultField("data_loading", str | None, LATEST, RANK0, "how the training inputs were produced", default=None),
+        ResultField("data_loading", str | None, LATEST, RANK0, "how the training inputs were produced", default=None, report=False),
         ResultField("method_extras", dict[str, Any], LATEST, RANK0, "the method's own figures, with step totals",
                     default_factory=dict),
     )
