@@ -118,6 +118,7 @@ def compare(
     allow_missing: bool = False,
     accept_machine_shift: bool = False,
     allow_protocol_change: bool = False,
+    metrics: tuple[str, ...] | list[str] = (),
 ) -> Comparison:
     """Gate `current` against `baseline` as `dstbench compare` does (same options, same verdicts):
     time changes significantly beyond +/-`time_threshold` percent at family-wise `alpha` (unchanged
@@ -126,7 +127,9 @@ def compare(
     A baseline case missing from `current` fails unless `allow_missing`; dense slower on its own
     times with every case alike (a machine shift) fails unless `accept_machine_shift`; runs timed
     under different protocols raise `CompareInputError` unless `allow_protocol_change` (every time
-    verdict then inconclusive). `strict`: a different environment, or an inconclusive case, does not pass."""
+    verdict then inconclusive). `metrics`: registered trackers' numeric fields judged besides, per case
+    in their declared direction (`dstbench.gates.field_compare`). `strict`: a different environment,
+    or an inconclusive case, does not pass."""
     from dstbench.gates.compare import compare_runs
     from dstbench.gates.sides import CompareInputError, check_thresholds, load_side
 
@@ -137,6 +140,6 @@ def compare(
     result = compare_runs(
         *sides, time_threshold=time_threshold, memory_threshold=memory_threshold, alpha=alpha,
         memory_only=memory_only, time_basis=time_basis, top1_threshold=top1_threshold, allow_missing=allow_missing,
-        accept_machine_shift=accept_machine_shift, allow_protocol_change=allow_protocol_change,
+        accept_machine_shift=accept_machine_shift, allow_protocol_change=allow_protocol_change, metrics=tuple(metrics),
     )
     return Comparison(result, strict=strict)

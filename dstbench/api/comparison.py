@@ -77,7 +77,8 @@ class Comparison:
         ms, the change current/baseline - 1 with its interval, the Holm-adjusted p-value) and each
         memory metric (bytes, exact change); `top1` per trained case over its seeds (`seed` empty: the
         mean top-1 of each side, the change in fraction with its 95% interval, `basis` what it rests
-        on: paired by seed, unpaired, one seed). `verdict`: regression, improvement, unchanged,
+        on: paired by seed, unpaired, one seed); each tracker field asked for (`metrics`) per case the
+        same way, its change relative (`dstbench.gates.field_compare`). `verdict`: regression, improvement, unchanged,
         inconclusive or (dense, under --accept-machine-shift) shift accepted. A time row's interval
         is at 1 - alpha, its `p_value` the Holm-adjusted test against the band's edge, and `basis`
         "absolute (reference)" for the dense that relative gating is relative to."""
@@ -108,6 +109,12 @@ class Comparison:
                 "case_id": t.case, "method": t.method, "density": t.density, "seed": None, "metric": "top1",
                 "baseline": t.baseline, "current": t.current, "change": t.change, "ci_low": t.ci_low, "ci_high": t.ci_high,
                 "basis": t.basis, "verdict": t.verdict, "note": t.note,
+            })
+        for v in self.result.fields:  # tracker fields asked for (`metrics`): relative change
+            rows.append({
+                "case_id": v.case, "method": v.method, "density": v.density, "seed": None, "metric": v.metric,
+                "baseline": v.baseline, "current": v.current, "change": v.change, "ci_low": v.ci_low, "ci_high": v.ci_high,
+                "basis": v.basis, "verdict": v.verdict, "note": v.note,
             })
         return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
 

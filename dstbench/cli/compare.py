@@ -48,6 +48,10 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--top1-threshold", type=float, default=1.0, metavar="PP",
                    help="the band of no top-1 change, +/- percentage points: a regression must be significantly beyond it, "
                    "unchanged inside it (its interval over the seeds)")
+    p.add_argument("--metric", action="append", default=[], metavar="NAME",
+                   help="also judge this numeric field of a registered tracker (a plugin's once the runs' suites import it), "
+                   "per case in the direction its tracker declares better: an exact one (bytes, FLOPs) as memory, "
+                   "with --memory-threshold; any other over seeds by the time rule, with --time-threshold; repeatable")
     p.add_argument("--memory-only", action="store_true", help="gate memory alone (noisy machines)")
     p.add_argument("--strict", action="store_true", help="a different device type, GPU/CPU model, torch or timm version, host, thread count or OpenMP setting "
                    "is an error (exit 2); an inconclusive case fails (exit 1)")
@@ -77,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
             time_threshold=args.time_threshold, memory_threshold=args.memory_threshold, alpha=args.alpha,
             memory_only=args.memory_only, time_basis=args.time_basis, top1_threshold=args.top1_threshold,
             allow_missing=args.allow_missing, accept_machine_shift=args.accept_machine_shift,
-            allow_protocol_change=args.allow_protocol_change,
+            allow_protocol_change=args.allow_protocol_change, metrics=tuple(args.metric),
         )
         if args.decide and (args.memory_only or (args.decide_budget_s is not None and not args.decide_budget_s > 0)):
             raise CompareInputError("--decide: needs time judged (not --memory-only) and a budget > 0 s")

@@ -28,7 +28,9 @@ Top-1, where both runs trained a case, is judged per case over its seeds, paired
 runs have the same seeds (`dstbench.gates.top1_compare`), by the same rule as time: a change
 significantly beyond +/- the threshold (Holm over the cases) is a regression or an improvement,
 one whose (1 - 2 alpha) interval lies inside it is unchanged, anything else (one seed on a side
-included) is inconclusive.
+included) is inconclusive. A tracker's field named with `metrics` (`--metric NAME`) is judged per
+case in its declared direction (`dstbench.gates.field_compare`): an exact one as memory, a sampled
+one by the same rule over seeds.
 
 Exit codes (`exit_code`): 0 no regression, 1 a regression or a baseline case the current run lacks
 (unless `allow_missing`), or, with --strict, an inconclusive case or top-1; 2 unusable input
@@ -52,6 +54,7 @@ from dstbench.gates.sides import (
 )
 from dstbench.gates.time_compare import case_basis, is_contended, time_verdicts
 from dstbench.gates.time_rule import ReferenceShift, TimeVerdict, reference_shifts
+from dstbench.gates.field_compare import FieldVerdict, compare_field
 from dstbench.gates.top1_compare import Top1Verdict, compare_top1, setups_differ_in_seed_only
 from dstbench.results.record import report_columns, segment_samples
 
@@ -125,6 +128,16 @@ class Comparison:
     protocol_differences: list[str] = dataclasses.field(default_factory=list)
     # The baseline's lines whose case (method, density, sweep point) the current run has at no seed.
     absent: list[Key] = dataclasses.field(default_factory=list)
+    # Each tracker field asked for (`metrics`), per case (`dstbench.gates.field_compare`).
+    fields: list[FieldVerdict] = dataclasses.field(default_factory=list)
+
+    @property
+    def fields_regressed(self) -> list[FieldVerdict]:
+        return [v for v in self.fields if v.verdict == "regression"]
+
+    @property
+    def fields_inconclusive(self) -> list[FieldVerdict]:
+        return [v for v in self.fields if v.verdict == "inconclusive"]
 
     @property
     def missing(self) -> list[Key]:
@@ -215,14 +228,19 @@ def compare_runs(
     baseline: Side, current: Side, *, time_threshold: float = 10.0, memory_threshold: float = 1.0,
     alpha: float = 0.05, memory_only: bool = False, time_basis: str = "auto", top1_threshold: float = 1.0,
     allow_missing: bool = False, accept_machine_shift: bool = False, allow_protocol_change: bool = False,
+    metrics: tuple[str, ...] = (),
 ) -> Comparison:
     """Match the two runs' cases and judge each (and, unless `memory_only`, each trained case's
     top-1 over its seeds: `dstbench.gates.top1_compare`, `top1_threshold` in points).
     `CompareInputError` when no case matches, or when time is judged and the sides were timed under
     different protocols (unless `allow_protocol_change`: every time verdict is then inconclusive).
     `allow_missing`: a baseline case the current run lacks does not fail the gate;
-    `accept_machine_shift`: a slowdown of the time reference that every case shares does not."""
+    `accept_machine_shift`: a slowdown of the time reference that every case shares does not.
+    `metrics`: tracker fields judged besides (`dstbench.gates.field_compare`; an unknown name is
+    `CompareInputError`)."""
     check_thresholds(time_threshold, memory_threshold, top1_threshold, alpha)
+    fields = [verdict for name in dict.fromkeys(metrics) for verdict in compare_field(
+        baseline, current, name, time_threshold=time_threshold, memory_threshold=memory_threshold, alpha=alpha)]
     common = [k for k in baseline.cases if k in current.cases]
     top1 = [] if memory_only else compare_top1(baseline, current, top1_threshold, alpha)
     if not common and not top1:
@@ -266,12 +284,13 @@ def compare_runs(
             "alpha": alpha, "memory_only": memory_only, "time_basis": time_basis, "top1_threshold": top1_threshold,
             "tests": sum(1 for c in cases if c.time is not None and math.isfinite(c.time.p_raw)),
             "allow_missing": allow_missing, "accept_machine_shift": accept_machine_shift,
-            "allow_protocol_change": allow_protocol_change,
+            "allow_protocol_change": allow_protocol_change, "metrics": list(dict.fromkeys(metrics)),
         },
         top1=top1,
         shifts=shifts,
         protocol_differences=protocol,
         absent=absent_cases(baseline, current, only_baseline),
+        fields=fields,
     )
 
 
@@ -292,8 +311,8 @@ def exit_code(comparison: Comparison, strict: bool) -> int:
     baseline case missing from the current run (or, under `strict`, an inconclusive case), else 0."""
     if strict and comparison.env_differences:
         return EXIT_USAGE  # the figures are not comparable, so neither verdict can be trusted
-    if comparison.regressed or comparison.top1_regressed or comparison.missing:
+    if comparison.regressed or comparison.top1_regressed or comparison.fields_regressed or comparison.missing:
         return EXIT_FAILED
-    if strict and (comparison.inconclusive or comparison.top1_inconclusive):
+    if strict and (comparison.inconclusive or comparison.top1_inconclusive or comparison.fields_inconclusive):
         return EXIT_FAILED
     return EXIT_OK

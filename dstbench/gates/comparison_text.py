@@ -67,6 +67,22 @@ def top1_table(comparison: Comparison, fmt: str = "simple") -> str:
     return "top-1 (mean over each run's seeds):\n" + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
+def fields_table(comparison: Comparison, fmt: str = "simple") -> str:
+    """One row per case and tracker field asked for (`--metric`): each side's mean, the relative
+    change with its interval where sampled, what it rests on, the verdict (`dstbench.gates.field_compare`)."""
+    rows = []
+    for v in comparison.fields:
+        interval = f" [{v.ci_low * 100:+.1f}, {v.ci_high * 100:+.1f}]" if math.isfinite(v.ci_low) else ""
+        change = f"{v.change * 100:+.1f}%{interval}" if math.isfinite(v.change) else "new"
+        unit = f" {v.unit}" if v.unit else ""
+        rows.append([v.metric, v.case, f"{v.baseline:.4g}{unit}", f"{v.current:.4g}{unit}", change, v.basis, v.verdict, v.note])
+    if fmt == "github":
+        rows = [[markdown_text(cell) for cell in row] for row in rows]
+    level = f"{interval_level(comparison.settings.get('alpha', 0.05)) * 100:g}%"
+    headers = ["metric", "case", "baseline", "current", f"change [{level} CI]", "over", "verdict", "notes"]
+    return "tracker fields (--metric; mean over each run's seeds):\n" + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
 def table(comparison: Comparison, fmt: str = "simple") -> str:
     """One row per matched case; `fmt` is a tabulate format ("simple", "github")."""
     s = comparison.settings
@@ -123,6 +139,10 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
         lines += ["", ("" if shift.accepted or not shift.slower else "TIME REFERENCE: ") + shift.text()]
     if comparison.top1:
         lines += ["", top1_table(comparison, "github" if markdown else "simple")]
+    if comparison.fields:
+        lines += ["", fields_table(comparison, "github" if markdown else "simple")]
+    elif comparison.settings.get("metrics"):
+        lines += ["", f"tracker fields ({', '.join(comparison.settings['metrics'])}): no case has a value on both sides"]
     regressed, improved, inconclusive = comparison.regressed, comparison.improved, comparison.inconclusive
     lines += [
         "",
@@ -158,7 +178,9 @@ def overall_verdict(comparison: Comparison, strict: bool = False) -> str:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             parts.append(f"{len(missing)} cases missing from the current run ({shown})")
         parts += [f"{t.case} (top-1 {_points(t.change, True)} pp)" for t in comparison.top1_regressed]
+        parts += [f"{v.case} ({v.metric} {v.change * 100:+.1f}%)" for v in comparison.fields_regressed]
         if strict:
+            parts += [f"{v.case} ({v.metric} inconclusive, --strict)" for v in comparison.fields_inconclusive]
             parts += [f"{c.case} (time inconclusive, --strict)" for c in comparison.inconclusive]
             parts += [f"{t.case} (top-1 inconclusive, --strict)" for t in comparison.top1_inconclusive]
         return "FAIL: " + "; ".join(parts)

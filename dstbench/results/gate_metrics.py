@@ -32,7 +32,8 @@ def unknown_metrics(expect: list[Any]) -> list[str]:
     return list(dict.fromkeys(exp.metric for exp in expect if exp.metric not in known))
 
 
-def unknown_text(names: list[str]) -> str:
-    return (f"expect: unknown metric{'s' if len(names) > 1 else ''} {', '.join(names)}: not a built-in metric "
-            f"({', '.join(METRICS)}), nor a numeric field of a registered tracker (is the plugin that declares it "
-            "listed in `plugins:` and importable?)")
+def unknown_text(names: list[str], where: str = "expect") -> str:
+    """Why `names` cannot be gated: for `expect:` (which also takes the built-in metrics) or another option."""
+    builtin = f"not a built-in metric ({', '.join(METRICS)}), nor " if where == "expect" else "not "
+    return (f"{where}: unknown metric{'s' if len(names) > 1 else ''} {', '.join(names)}: {builtin}a numeric field of a "
+            "registered tracker (is the plugin that declares it listed in the suite's `plugins:` and importable?)")

@@ -64,6 +64,9 @@ def test_a_tracker_in_one_file_reaches_the_line_the_frame_the_report_and_the_gat
     for report in (text, (tmp_path / "r.md").read_text(), (tmp_path / "r.html").read_text()):
         assert "Other tracker figures" in report and "cpu_threads (threads)" in report and "energy (J/step)" in report
         assert "the most intra-op threads a timed segment ran with" in report or report is text
+    # compare --metric: one seed a side, so the sampled figure is inconclusive, never a regression.
+    rows = dstbench.compare(run, run, metrics=["cpu_threads"], memory_only=True).frame().query("metric == 'cpu_threads'")
+    assert len(rows) == 2 and set(rows["verdict"]) == {"inconclusive"} and set(rows["basis"]) == {"one seed"}
 
 
 @pytest.mark.slow  # a run

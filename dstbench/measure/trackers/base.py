@@ -172,6 +172,9 @@ class ResultField:
     report: bool = True
     summary: Callable[[Any], Any] | None = None
     summary_unit: str | None = None  # the unit of what `summary` gives (default: `unit`)
+    # A count that does not jitter between runs (bytes, FLOPs): `compare --metric` judges it as memory
+    # is judged, by its change alone; any other figure by the equivalence rule over seeds.
+    exact: bool = False
 
     def __post_init__(self) -> None:
         for what, value, allowed in (("over_segments", self.over_segments, SEGMENT_AGGREGATES),

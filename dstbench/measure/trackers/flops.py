@@ -85,7 +85,7 @@ class FlopCounter(Tracker):
     runs = frozenset({WARMUP})
     fields = (
         ResultField("flops_per_step", int | None, LATEST, RANK0, "training FLOPs of one step (the first warm-up step)",
-                    default=None, unit="FLOPs", over_segments="warm-up", better="lower"),
+                    default=None, unit="FLOPs", over_segments="warm-up", better="lower", exact=True),
     )
 
     @classmethod

@@ -74,9 +74,9 @@ class StateBytes(Tracker):
 
     fields = (
         ResultField("state_bytes", int | None, LATEST, RANK0, "bytes training keeps between steps", default=None,
-                    per_rank=True, column=Column("state", "bytes"), unit="bytes", better="lower", report=False),
+                    per_rank=True, column=Column("state", "bytes"), unit="bytes", better="lower", report=False, exact=True),
         ResultField("state_breakdown", dict[str, int] | None, LATEST, RANK0, "state_bytes by part, with total",
-                    default=None, unit="bytes"),
+                    default=None, unit="bytes", exact=True),
     )
 
     def __init__(self, method: Method) -> None:
@@ -101,7 +101,7 @@ class ActivationCounter(Tracker):
     fields = (
         ResultField("activation_bytes", int | None, LATEST, RANK0, "bytes autograd saves for backward in one step",
                     default=None, per_rank=True, column=Column("activation", "bytes"), unit="bytes",
-                    over_segments="warm-up", better="lower", report=False),
+                    over_segments="warm-up", better="lower", report=False, exact=True),
     )
 
     @classmethod
@@ -145,9 +145,9 @@ class AllocatorPeak(Tracker):
     fields = (
         ResultField("peak_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak allocated bytes",
                     default=None, per_rank=True, column=Column("peak", "bytes"), unit="bytes", over_segments="peak",
-                    better="lower", report=False),
+                    better="lower", report=False, exact=True),
         ResultField("reserved_memory_bytes", int | None, PEAK, LARGEST, "the CUDA allocator's peak reserved bytes",
-                    default=None, per_rank=True, unit="bytes", over_segments="peak", better="lower"),
+                    default=None, per_rank=True, unit="bytes", over_segments="peak", better="lower", exact=True),
     )
 
     @classmethod

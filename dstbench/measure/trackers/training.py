@@ -27,7 +27,7 @@ class TrainingStats(Tracker):
         ResultField("density_achieved", float | None, LATEST, RANK0, "the density the method's weights have",
                     default=None, per_rank=True, unit="fraction", report=False),
         ResultField("topology_updates", int | None, COUNT, RANK0, "topology updates in the timed segments", default=None,
-                    unit="count", over_segments="sum"),
+                    unit="count", over_segments="sum", exact=True),
         ResultField("topology_ms", float | None, TOTAL, LARGEST, "milliseconds of those updates", default=None,
                     per_rank=True, unit="ms", over_segments="sum", better="lower"),
         # Aligned with segment_ms: which segments held updates, and how long they took there. A time
