@@ -204,16 +204,19 @@ class ResultField:
     def gateable(self) -> bool:
         """Whether `expect:` and `compare --metric` can judge it: a number, or a value whose
         `summary` is one."""
-        union = typing.get_origin(self.type) in (typing.Union, types.UnionType)
-        args = typing.get_args(self.type) if union else (self.type,)
+        args = self._type_args()
         numeric = any(arg in (int, float) for arg in args) and all(arg in (int, float, type(None)) for arg in args)
         return numeric or self.summary is not None
 
     @property
     def scalar(self) -> bool:
         """Whether the value fits a table cell: a number, a string or a flag (or None)."""
+        return all(arg in (int, float, str, bool, type(None)) for arg in self._type_args())
+
+    def _type_args(self) -> tuple[Any, ...]:
+        """The types a value may have: a union's members, else the type itself."""
         union = typing.get_origin(self.type) in (typing.Union, types.UnionType)
-        return all(arg in (int, float, str, bool, type(None)) for arg in (typing.get_args(self.type) if union else (self.type,)))
+        return typing.get_args(self.type) if union else (self.type,)
 
     def dataclass_field(self) -> Any:
         """The `dataclasses.field` of a line class, carrying this declaration in its metadata."""
