@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -56,47 +56,92 @@ class Datasets:
     description: str  # what the report says about the data
 
 
+# A dataset's loader: its train and test splits from the suite's `data`, its catalog entry and the
+# model's input shape (channels, side, side). Registered by dataset name (`dataset_loader`); a
+# dataset is its catalog entry (`dstbench.data.catalog.CATALOG`) and its loader here.
+SplitLoader = Callable[[DataConfig, DatasetInfo, tuple[int, int, int]], Datasets]
+_LOADERS: dict[str, SplitLoader] = {}
+
+
+def dataset_loader(*names: str) -> Callable[[SplitLoader], SplitLoader]:
+    """Register a function as the loader of the catalog's datasets `names`."""
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise ValueError(f"dataset loader for {', '.join(unknown)}: not in dstbench.data.catalog.CATALOG")
+
+    def register(loader: SplitLoader) -> SplitLoader:
+        _LOADERS.update(dict.fromkeys(names, loader))
+        return loader
+
+    return register
+
+
+def loaded_datasets() -> tuple[str, ...]:
+    """The catalog's datasets that have train and test splits (a loader); the others feed speed cases only."""
+    return tuple(name for name in CATALOG if name in _LOADERS)
+
+
 def build_datasets(data: DataConfig, shape: tuple[int, int, int]) -> Datasets:
     """Train and test splits of `data`, transformed to `shape` = (channels, height, width)."""
     channels, height, width = shape
     if height != width:
         raise ValueError(f"the model expects {height}x{width} inputs; dstbench's datasets feed square images")
-    info = CATALOG[data.name]
-    if data.name == "teacher":
-        from dstbench.data.teacher import teacher_splits
-
-        t = data.teacher
-        assert t is not None  # filled in by DataConfig's validation
-        _, train, test = teacher_splits(shape, t.classes, t.features, t.frequency, t.patch, t.seed, t.train_size, t.test_size)
-        return Datasets(
-            info, t.classes, train, test,
-            f"teacher ({t.features} random sinusoids of frequency {t.frequency:g} per {t.patch}x{t.patch} patch, seed "
-            f"{t.seed}, {t.classes} classes; {t.train_size} new train inputs per epoch / {t.test_size} fixed test inputs)",
-        )
-    train_tf = train_transform(info, height, channels, data.augment)
-    eval_tf = eval_transform(info, height, channels)
-    if data.name in ("digits", "mnist5k"):
-        from dstbench.data import packaged
-
-        splits = packaged.load_digits_splits() if data.name == "digits" else packaged.load_mnist5k_splits()
-    elif data.name in ("cifar10", "cifar100"):
-        from dstbench.data.cifar import load_cifar
-
-        splits = load_cifar(data.root, data.name, data.download)  # type: ignore[arg-type]
-    elif data.name == "imagefolder":
-        from dstbench.data.imagefolder import FolderDataset, load_imagefolder
-
-        classes, train, test = load_imagefolder(data.root)  # type: ignore[arg-type]
-        return Datasets(
-            info, len(classes), FolderDataset(train, train_tf), FolderDataset(test, eval_tf),
-            f"imagefolder {data.root} ({len(train)} train / {len(test)} val images, {len(classes)} classes)",
-        )
-    else:
+    loader = _LOADERS.get(data.name)
+    if loader is None:
         raise ValueError(f"{data.name} has no train and test split")
+    return loader(data, CATALOG[data.name], shape)
+
+
+@dataset_loader("teacher")
+def _teacher_splits(data: DataConfig, info: DatasetInfo, shape: tuple[int, int, int]) -> Datasets:
+    from dstbench.data.teacher import teacher_splits
+
+    t = data.teacher
+    assert t is not None  # filled in by DataConfig's validation
+    _, train, test = teacher_splits(shape, t.classes, t.features, t.frequency, t.patch, t.seed, t.train_size, t.test_size)
+    return Datasets(
+        info, t.classes, train, test,
+        f"teacher ({t.features} random sinusoids of frequency {t.frequency:g} per {t.patch}x{t.patch} patch, seed "
+        f"{t.seed}, {t.classes} classes; {t.train_size} new train inputs per epoch / {t.test_size} fixed test inputs)",
+    )
+
+
+@dataset_loader("imagefolder")
+def _folder_splits(data: DataConfig, info: DatasetInfo, shape: tuple[int, int, int]) -> Datasets:
+    from dstbench.data.imagefolder import FolderDataset, load_imagefolder
+
+    channels, side, _ = shape
+    classes, train, test = load_imagefolder(data.root)  # type: ignore[arg-type]
+    return Datasets(
+        info, len(classes), FolderDataset(train, train_transform(info, side, channels, data.augment)),
+        FolderDataset(test, eval_transform(info, side, channels)),
+        f"imagefolder {data.root} ({len(train)} train / {len(test)} val images, {len(classes)} classes)",
+    )
+
+
+@dataset_loader("digits", "mnist5k")
+def _packaged_splits(data: DataConfig, info: DatasetInfo, shape: tuple[int, int, int]) -> Datasets:
+    from dstbench.data import packaged
+
+    splits = packaged.load_digits_splits() if data.name == "digits" else packaged.load_mnist5k_splits()
+    return _array_datasets(data, info, shape, splits)
+
+
+@dataset_loader("cifar10", "cifar100")
+def _cifar_splits(data: DataConfig, info: DatasetInfo, shape: tuple[int, int, int]) -> Datasets:
+    from dstbench.data.cifar import load_cifar
+
+    return _array_datasets(data, info, shape, load_cifar(data.root, data.name, data.download))  # type: ignore[arg-type]
+
+
+def _array_datasets(data: DataConfig, info: DatasetInfo, shape: tuple[int, int, int], splits: dict[str, Any]) -> Datasets:
+    """Datasets of in-memory uint8 image arrays (`splits`: train and test, each images and labels)."""
+    channels, side, _ = shape
     (train_x, train_y), (test_x, test_y) = splits["train"], splits["test"]
     classes = info.num_classes or int(max(train_y.max(), test_y.max())) + 1
     return Datasets(
-        info, classes, ArrayDataset(train_x, train_y, train_tf), ArrayDataset(test_x, test_y, eval_tf),
+        info, classes, ArrayDataset(train_x, train_y, train_transform(info, side, channels, data.augment)),
+        ArrayDataset(test_x, test_y, eval_transform(info, side, channels)),
         f"{data.name} ({len(train_x)} train / {len(test_x)} test images)",
     )
 

@@ -12,7 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 from pydantic import ValidationInfo, field_validator, model_validator
 
-DATASETS = ("synthetic", "digits", "mnist5k", "teacher", "cifar10", "cifar100", "imagefolder")
+from dstbench.data.catalog import CATALOG
+
+DATASETS = tuple(CATALOG)  # a dataset is its catalog entry and its loader (dstbench.inputs.loaders)
 METRICS = (
     "speedup",  # median of per-round reference time / method time, same density (derive.speedup_stats)
     "memory_reduction",  # 1 - peak / peak_ref (allocator peak, else state + activation bytes)

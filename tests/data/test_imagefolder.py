@@ -60,3 +60,4 @@ def test_missing_split_folder_and_non_image_files(tmp_path: Path) -> None:
     assert "no val/ folder" in imagefolder.layout_problem(tmp_path)
     (tmp_path / "val" / "a").mkdir(parents=True)
     assert "without images: a" in imagefolder.layout_problem(tmp_path)
+

@@ -90,3 +90,14 @@ def test_speed_cases_on_a_real_dataset_use_a_prefetching_loader() -> None:
     assert inputs.shape == (256, 1, 8, 8) and targets.shape == (256,)
     synthetic, how = speed_batches(parse_suite(micro_suite()), micro_vit(), torch.device("cpu"))
     assert how == "synthetic, device-resident"
+
+
+def test_every_dataset_is_a_catalog_entry_and_its_loader() -> None:
+    from dstbench.data.catalog import CATALOG
+    from dstbench.inputs.loaders import dataset_loader, loaded_datasets
+    from dstbench.suite.schema_sections import DATASETS
+
+    assert DATASETS == tuple(CATALOG)
+    assert set(CATALOG) - set(loaded_datasets()) == {"synthetic"}  # speed cases only
+    with pytest.raises(ValueError, match="not in dstbench.data.catalog.CATALOG"):
+        dataset_loader("nowhere")
