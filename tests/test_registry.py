@@ -7,6 +7,7 @@ import pytest
 
 import dstbench
 from dstbench.dst import registry
+import dstbench.dst.catalog as method_catalog
 import dstbench.methods as catalog
 from dstbench.dst.method_base import Method
 from tests.conftest import ADAMW, micro_vit
@@ -64,7 +65,7 @@ def test_entry_points_register_third_party_classes(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(importlib.metadata, "entry_points", fake_entry_points)
     try:
         with pytest.warns(UserWarning, match="could not load method plugin"):
-            catalog._import_entry_points()
+            method_catalog._import_entry_points()
         info = catalog.method_info("third_party")
         assert info.cls is ThirdParty and info.kind == "compact" and info.description == "A method from another package."
     finally:
