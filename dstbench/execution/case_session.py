@@ -41,7 +41,7 @@ from dstbench.measure.hand_over import HandOver
 from dstbench.measure.trackers.memory import current_rss_bytes
 from dstbench.execution.torch_compile import compile_failure, compile_method
 
-# Re-exported: what tests and scripts import from the runner.
+# Re-exported: what tests and scripts import from the case session.
 __all__ = [
     "CaseSession", "CaseTask", "Progress", "SegmentTag", "base_result", "build_method", "execute_case", "failed_result",
     "failure", "resolve_device", "run_case",

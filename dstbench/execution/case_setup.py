@@ -1,6 +1,6 @@
 """What every launcher's process builds a case from: the task, the device, the method.
 
-Below the runner, the accuracy track and the profiler (each imports this module, none imports
+Below the case session, the accuracy track and the profiler (each imports this module, none imports
 another), so none of them has to import the others lazily to build a method.
 """
 

@@ -1,7 +1,7 @@
 """Reports from run folders: derived figures, tables, plots, one self-contained HTML page per
 report, and a static site of runs.
 
-    derive.py       result lines -> DataFrame with speedup (+ paired order-statistic CI), memory reduction, ...
+    (the derived frame it reads: dstbench.results.derive, through dstbench.results.run_folder.RunFolder)
     figures.py      below every plot: `Plot`, `plot_style`, `new_figure` and the phone layout,
                     `palette`, `legend_outside`, `coincident_groups`, `figure_to_uri`
     sections.py     the registry of report sections (below); imports figures only
@@ -9,7 +9,8 @@ report, and a static site of runs.
     tables.py       core table sections; tabulate rendering for the terminal and Markdown
     plots.py        core plot sections (seaborn): colour is the method, marker the density
     environment.py  run, machine and GPU-clock tables
-    topology.py     a compact method's topology history from `method_extras`; the exchanges table
+    compact_topology.py  a compact method's topology history from `method_extras`; the exchanges table
+    tracker_fields.py    the registered trackers' fields no other table shows
     seeds.py        runs that differ only in their seed: means and intervals over seeds
     html.py         jinja2 pages (templates/*.j2, autoescaped); `dstbench report`'s HTML and Markdown
     headline.py     the reference a report compares against; the headline above its tables
@@ -19,7 +20,7 @@ report, and a static site of runs.
 Adding sections
 ---------------
 A report is a list of sections in `order`; each is a function of the derived frame (the output of
-`derive.derive`: every result-line field, the derived columns, `run` = the run folder,
+`dstbench.results.derive.derive`: every result-line field, the derived columns, `run` = the run folder,
 `frame.attrs["reference"]`, and `frame.attrs["output_dir"]`, the folder the page is written to or
 None: a section linking a file of the run folder makes the link relative to it with
 `os.path.relpath`, so it survives `dstbench publish`, which copies the `profile.trace` and

@@ -315,7 +315,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 class CompileConfig(Strict):
     """`compile: true`, or these settings: every method's model (its forward, and through
     AOTAutograd its backward) trained under `torch.compile`, alike for every method
-    (`dstbench.execution.compiled`). The first warm-up step runs eagerly (it counts FLOPs and
+    (`dstbench.execution.torch_compile`). The first warm-up step runs eagerly (it counts FLOPs and
     activations), the second compiles; a recompilation in a timed segment (a compact method's
     resize) is counted and charged to the topology update before it."""
 

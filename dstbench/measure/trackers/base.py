@@ -120,7 +120,7 @@ class RankRule:
 @dataclasses.dataclass(frozen=True)
 class Column:
     """A report column showing a field: its header and the unit of its values. Every `bytes`
-    column is a memory figure `dstbench compare` gates (`dstbench.measure.trackers.columns`)."""
+    column is a memory figure `dstbench compare` gates (`dstbench.results.record.report_columns`)."""
 
     header: str
     unit: str
