@@ -153,14 +153,9 @@ def _model_text(suite: Any) -> str:
 
 
 def _launcher_text(launcher: Any) -> str:
-    """'subprocess (timeout 3600 s, 4 cases at once)', 'submitit (slurm, job limit 62 min, partition gpu)'."""
-    parts = [f"timeout {launcher.timeout_s:g} s"]
-    if launcher.name == "submitit":
-        parts = [launcher.cluster, f"job limit {launcher.job_minutes:g} min"]
-        parts += [f"{k} {getattr(launcher, k)}" for k in ("partition", "account", "gpus_per_node") if getattr(launcher, k)]
-    if launcher.name == "subprocess" and launcher.parallel > 1:  # only subprocess has `parallel`
-        parts.append(f"{launcher.parallel} cases at once")
-    return f"{launcher.name} ({', '.join(parts)})"
+    """'subprocess (timeout 3600 s, 4 cases at once)', 'submitit (slurm, job limit 62 min, partition gpu)':
+    each launcher's config says what of its settings to show (`describe`)."""
+    return f"{launcher.name} ({', '.join(launcher.describe())})"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dstbench.data import cifar, imagefolder
-
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
@@ -61,6 +59,8 @@ def check_root(name: str, root: str | None, download: bool, check_files: bool = 
         return f"{name} cannot be downloaded; point `root` at a folder you prepared"
     if not check_files:
         return None
+    from dstbench.data import cifar, imagefolder  # the folder checks; imagefolder's module imports torch
+
     path = Path(root).expanduser()
     if name in ("cifar10", "cifar100"):
         problem = cifar.layout_problem(path, name)
@@ -87,4 +87,6 @@ def dataset_classes(name: str, root: str | None, read_folder: bool = True) -> in
     info = CATALOG[name]
     if info.num_classes is not None or name in ("synthetic", "teacher"):
         return info.num_classes
+    from dstbench.data import imagefolder
+
     return len(imagefolder.class_names(Path(root).expanduser() / imagefolder.TRAIN)) if root and read_folder else None

@@ -47,7 +47,7 @@ def methods_problem(suite: Any) -> str | None:
         if "execution" in spec.params:
             problem = execution_problem(
                 spec.params, device=suite.device, densities=suite.method_densities(spec), precision=suite.precision,
-                launcher=suite.launcher.case_launcher, model_name=suite.model.name, model_kwargs=suite.model.kwargs,
+                distributed=suite.launcher.distributed, model_name=suite.model.name, model_kwargs=suite.model.kwargs,
                 model_prunable=suite.model.prunable,
             )
             if problem:

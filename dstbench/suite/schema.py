@@ -19,8 +19,7 @@ from pydantic import Field, PositiveInt, StrictInt
 from pydantic import PrivateAttr, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 import dstbench.methods as catalog
-from dstbench.execution.launchers.config import LauncherConfig
-from dstbench.execution.launchers.subprocess.config import SubprocessConfig
+from dstbench.execution.launchers.config import LauncherConfig, default_config
 from dstbench.suite.cases import case_id, point_tag
 from dstbench.suite.sweep import MODES as SWEEP_MODES, point_data, sweep_problems, sweep_values, tag_problems
 from dstbench.suite.schema_sections import (
@@ -36,11 +35,6 @@ def _recorded_kinds(context: Any) -> dict[str, str] | None:
     return dict(kinds) if kinds is not None else None
 
 
-PARALLEL_CPU_INTERLEAVED = (
-    "launcher.parallel: interleaved speed groups would run side by side on one CPU, sharing its memory bandwidth "
-    "and caches, so their rounds would not compare cases under the same conditions; use parallel: 1, or "
-    "timing.interleave: false (times taken side by side, each line warned), or mode: accuracy"
-)
 
 
 class SuiteConfig(Strict):
@@ -80,8 +74,8 @@ class SuiteConfig(Strict):
     reference: str = Field("dense", description=(
         "the method label speedups and memory reductions are relative to, at the same density; default: dense when "
         "the suite runs it, else the first method"))
-    launcher: LauncherConfig = Field(SubprocessConfig(), description=(
-        "how cases are started: subprocess, inprocess, torchrun or submitit, each with its own keys (below)"))
+    launcher: LauncherConfig = Field(default_factory=default_config, description=(  # type: ignore[valid-type]
+        "how cases are started: subprocess (the default), inprocess, torchrun or submitit, each with its own keys (below)"))
     profile: ProfileConfig = Field(ProfileConfig(enabled=False), description="profile every case: true, or settings (`profile`, below)")
     expect: list[Expectation] = Field([], description="gates checked at the end of the run and by `dstbench check` (`expect[]`, below)")
     compile: CompileConfig = Field(CompileConfig(enabled=False), description=(
@@ -320,17 +314,12 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _parallel_fits_device(self) -> "SuiteConfig":
-        """`launcher.parallel` runs cases side by side, each on its own GPU or its own share of the
-        cores. On one CPU they still share its memory bandwidth and caches, so interleaved groups,
-        whose rounds exist to compare cases under the same conditions, may not run side by side
-        there; `device: auto` is checked once the device is known (`dstbench.execution.launchers.subprocess.parallel`)."""
-        if not isinstance(self.launcher, SubprocessConfig) or self.launcher.parallel == 1:
-            return self
-        if self.device == "mps":
-            raise ValueError("launcher.parallel: mps is one device; cases cannot run side by side on their own devices")
-        if self.device == "cpu" and self.mode in ("speed", "both") and self.timing.interleave:
-            raise ValueError(PARALLEL_CPU_INTERLEAVED)
+    def _launcher_fits_suite(self) -> "SuiteConfig":
+        """What the chosen launcher cannot do with this suite (its config's `suite_problem`: e.g. the
+        subprocess launcher's `parallel` on one CPU with interleaved groups)."""
+        problem = self.launcher.suite_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -46,7 +46,7 @@ def test_prunable_shapes_come_from_the_suites_model_without_building_it() -> Non
 def test_execution_problem_reads_the_models_shapes() -> None:
     model = {**MICRO_MODEL, "embed_dim": 200}
     kwargs = {k: v for k, v in model.items() if k != "name"}
-    found = execution_problem(SEMI["params"], device="cuda", densities=[0.5], precision="bf16", launcher="inprocess",
+    found = execution_problem(SEMI["params"], device="cuda", densities=[0.5], precision="bf16", distributed=False,
                               model_name=model["name"], model_kwargs=kwargs)
     assert found is not None and "blocks.0.attn.qkv.weight (600x200)" in found
 

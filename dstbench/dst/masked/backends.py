@@ -144,7 +144,7 @@ def execution_problem(
     device: str,
     densities: list[float],
     precision: str,
-    launcher: str,
+    distributed: bool,
     model_name: str | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
     model_prunable: str | None = None,
@@ -154,7 +154,7 @@ def execution_problem(
     also checks the shapes of the prunable weights."""
     execution = params.get("execution", "masked")
     if execution == "csr":
-        if launcher == "torchrun":
+        if distributed:
             return "execution csr does not run distributed (DDP); use execution masked under torchrun"
         if device == "mps":
             return "execution csr runs on cpu or cuda (torch's CSR kernels), not mps"

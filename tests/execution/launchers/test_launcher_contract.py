@@ -96,7 +96,7 @@ def test_launcher_defaults_to_subprocess_and_each_config_has_its_own_keys() -> N
         "submitit": ["name", "timeout_s", "nproc_per_node", "cluster", "partition", "account", "qos", "constraint",
                      "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism", "sbatch", "setup"],
     }
-    assert SubmititConfig(nproc_per_node=2).case_launcher == "torchrun" and SubmititConfig().case_launcher == "submitit"
+    assert SubmititConfig(nproc_per_node=2).distributed and not SubmititConfig().distributed
     assert SubmititConfig(timeout_s=3600).job_minutes == 62
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from pydantic import Field, PositiveFloat
+
+from dstbench.execution.launchers.config import LauncherConfigBase, register_config
 
 
-class InProcessConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
+@register_config
+class InProcessConfig(LauncherConfigBase):
     summary: ClassVar[str] = "cases in the calling process"
+    order: ClassVar[int] = 1
 
     name: Literal["inprocess"] = Field("inprocess", description=(
         "every case in the calling process (tests, debugging); allocator and RSS peaks and energy are left unmeasured"))
@@ -21,12 +24,3 @@ class InProcessConfig(BaseModel):
     # without editing its timeout.
     timeout_s: PositiveFloat = Field(3600.0, description="accepted, not enforced: a case in this process cannot be stopped")
 
-    @property
-    def launcher_name(self) -> str:
-        """The registered launcher that runs this config (`dstbench.execution.launchers.base`)."""
-        return self.name
-
-    @property
-    def case_launcher(self) -> str:
-        """How a case's own process(es) start: here, in this process."""
-        return self.name

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from dstbench.execution.launchers.config import LauncherConfigBase, register_config
 
 
-class SubmititConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
+@register_config
+class SubmititConfig(LauncherConfigBase):
     summary: ClassVar[str] = "a cluster job per case"
+    order: ClassVar[int] = 3
 
     name: Literal["submitit"] = Field("submitit", description="each case a cluster job, submitted as one job array (dstbench[cluster])")
     timeout_s: PositiveFloat = Field(3600.0, description="seconds a case may take inside its job")
@@ -41,15 +44,14 @@ class SubmititConfig(BaseModel):
         return self
 
     @property
-    def launcher_name(self) -> str:
-        """The registered launcher that runs this config (`dstbench.execution.launchers.base`)."""
-        return self.name
+    def distributed(self) -> bool:
+        """A case with several ranks runs them under torchrun on its job's node."""
+        return self.nproc_per_node > 1
 
-    @property
-    def case_launcher(self) -> str:
-        """How a case's own process(es) start inside its job: under torchrun when it has several
-        ranks, else in the job's process."""
-        return "torchrun" if self.nproc_per_node > 1 else self.name
+    def describe(self) -> list[str]:
+        """'slurm, job limit 62 min, partition gpu'."""
+        return [self.cluster, f"job limit {self.job_minutes:g} min"] + [
+            f"{k} {getattr(self, k)}" for k in ("partition", "account", "gpus_per_node") if getattr(self, k)]
 
     @property
     def job_minutes(self) -> float:

@@ -7,13 +7,22 @@ so it sits in the schema's layer and imports nothing above it.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from dstbench.execution.launchers.config import LauncherConfigBase, register_config
+
+# Why a CPU suite whose groups are interleaved may not run groups side by side.
+PARALLEL_CPU_INTERLEAVED = (
+    "launcher.parallel: interleaved speed groups would run side by side on one CPU, sharing its memory bandwidth "
+    "and caches, so their rounds would not compare cases under the same conditions; use parallel: 1, or "
+    "timing.interleave: false (times taken side by side, each line warned), or mode: accuracy"
+)
 
 
-class SubprocessConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
+@register_config
+class SubprocessConfig(LauncherConfigBase):
     summary: ClassVar[str] = "a fresh process per case"
 
     name: Literal["subprocess"] = Field("subprocess", description="each case in a fresh process of its own (the default launcher)")
@@ -29,7 +38,18 @@ class SubprocessConfig(BaseModel):
         `parallel` places groups in slots of its own, one case process per slot."""
         return "parallel" if self.parallel > 1 else self.name
 
-    @property
-    def case_launcher(self) -> str:
-        """How a case's own process starts: a process of its own."""
-        return self.name
+    def describe(self) -> list[str]:
+        return super().describe() + ([f"{self.parallel} cases at once"] if self.parallel > 1 else [])
+
+    def suite_problem(self, suite: Any) -> str | None:
+        """`parallel` runs cases side by side, each on its own GPU or its own share of the cores.
+        On one CPU they still share its memory bandwidth and caches, so interleaved groups, whose
+        rounds exist to compare cases under the same conditions, may not run side by side there;
+        `device: auto` is checked once the device is known (`parallel.py`)."""
+        if self.parallel == 1:
+            return None
+        if suite.device == "mps":
+            return "launcher.parallel: mps is one device; cases cannot run side by side on their own devices"
+        if suite.device == "cpu" and suite.mode in ("speed", "both") and suite.timing.interleave:
+            return PARALLEL_CPU_INTERLEAVED
+        return None

@@ -206,3 +206,4 @@ class SubprocessLauncher(Launcher):
 
     def run(self, task: CaseTask, progress: Progress) -> CaseResult:
         return run_alone(self, task, progress)
+

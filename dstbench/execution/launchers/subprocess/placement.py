@@ -106,7 +106,7 @@ def placements_for(suite: Any) -> tuple[list[Placement], list[str], str]:
     """`plan_slots` for a validated suite on this host, and the device type it resolved. Interleaved
     speed groups side by side on the CPU are refused here when `device: auto` turned out to be it
     (a suite that says `cpu` was refused at validation, `dstbench.suite.schema`)."""
-    from dstbench.suite.schema import PARALLEL_CPU_INTERLEAVED
+    from dstbench.execution.launchers.subprocess.config import PARALLEL_CPU_INTERLEAVED
 
     device_type = resolve_device_type(suite.device)
     gpus = visible_gpus() if device_type == "cuda" else []

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from dstbench.execution.launchers.config import LauncherConfigBase, register_config
 
 
-class TorchrunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf or nan seconds
+@register_config
+class TorchrunConfig(LauncherConfigBase):
     summary: ClassVar[str] = "a case's ranks under torchrun"
+    order: ClassVar[int] = 2
 
     name: Literal["torchrun"] = Field("torchrun", description="each case's ranks under torchrun, the model in DistributedDataParallel")
     timeout_s: PositiveFloat = Field(3600.0, description="seconds a case's torchrun may take")
@@ -26,11 +29,5 @@ class TorchrunConfig(BaseModel):
     master_port: int = Field(29500, ge=1, le=65535, description="the port they meet at (DSTBENCH_MASTER_PORT overrides it)")
 
     @property
-    def launcher_name(self) -> str:
-        """The registered launcher that runs this config (`dstbench.execution.launchers.base`)."""
-        return self.name
-
-    @property
-    def case_launcher(self) -> str:
-        """How a case's own processes start: under torchrun."""
-        return self.name
+    def distributed(self) -> bool:
+        return True
