@@ -9,8 +9,8 @@ The rules (also in docs/testing.md, for readers of the manual):
   `dstbench.cli.main(argv)` (importing torch once, not per command), with globs expanded and
   `VAR=value` prefixes set; each must exit 0, or the code an `exit N` marker names. `mv`, `cp`,
   `rm`, `rmdir`, `mkdir` and `pytest-benchmark` run as programs. Anything else needs a skip marker.
-- `python` blocks run with `exec`; a page's blocks share one namespace. Methods, trackers and
-  report sections they register are unregistered after the page. A block whose one line is
+- `python` blocks run with `exec`; a page's blocks share one namespace. Methods, trackers, launcher
+  configs and report sections they register are unregistered after the page. A block whose one line is
   `--8<-- "PATH"` runs the repository's file PATH (the site shows it there).
 - `yaml` blocks parse, and a whole suite among them (`name` and `methods`) passes the schema;
   `toml` blocks parse; `text` blocks are not run.
@@ -183,9 +183,10 @@ def check_parsed_block(block: Block) -> None:
 
 @pytest.fixture
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder with copies of suites/ and reports/, as the working directory; the method, tracker
-    and report-section registries as they were before, once the page is done."""
+    """A folder with copies of suites/ and reports/, as the working directory; the method, tracker,
+    launcher-config and report-section registries as they were before, once the page is done."""
     from dstbench.dst import registry
+    from dstbench.execution.launchers import config as launcher_configs
     from dstbench.measure.trackers import registry as trackers
     from dstbench.methods import ensure_loaded
     from dstbench.report import sections
@@ -199,6 +200,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(sections, "_SECTIONS", dict(sections._SECTIONS))
     monkeypatch.setattr(trackers, "_REGISTRY", dict(trackers._REGISTRY))
+    monkeypatch.setattr(launcher_configs, "_CONFIGS", dict(launcher_configs._CONFIGS))
     yield tmp_path
 
 

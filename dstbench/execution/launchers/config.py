@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, TypeVar, Union
+from typing import Annotated, Any, ClassVar, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, TypeAdapter, ValidationError, ValidatorFunctionWrapHandler
 from pydantic import WrapValidator
@@ -207,7 +207,7 @@ _BUILT: dict[str, Any] = {}
 
 def _union() -> dict[str, Any]:
     """The union of the registered configs, its annotated form and its adapter, built on first use."""
-    key = ",".join(_config_by_name())
+    key = configs()
     if _BUILT.get("key") != key:
         any_config = Union[tuple(configs())]  # type: ignore[valid-type]
         annotated = Annotated[any_config, Field(discriminator="name"), WrapValidator(_fit_launcher)]  # type: ignore[valid-type]
