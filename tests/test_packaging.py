@@ -27,12 +27,20 @@ def test_methods_folder_is_installed_under_the_dstbench_namespace() -> None:
 
 @pytest.mark.slow  # builds a wheel
 def test_a_wheel_holds_every_package_and_claims_only_dstbench(tmp_path: Path) -> None:
+    import shutil
     import subprocess
     import sys
     import zipfile
 
+    # Built from a copy of what an install reads (as docker/Dockerfile copies it): the build's own
+    # folders (build/, *.egg-info) land there, never in the checkout.
+    source = tmp_path / "source"
+    for name in ("dstbench", "methods"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                           str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=280)
+                           str(tmp_path), str(source)], capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     [wheel] = tmp_path.glob("dstbench-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
