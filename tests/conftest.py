@@ -8,7 +8,7 @@ import os
 # two cores (measured 20x slower steps). The tests time nothing, so passive waiting's cost on a quiet
 # machine does not matter here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# Runs in tests write no collect_env.txt (seconds of pip and lscpu per run); tests/test_env.py
+# Runs in tests write no collect_env.txt (seconds of pip and lscpu per run); tests/measure/test_environment.py
 # writes one on purpose.
 os.environ.setdefault("DSTBENCH_COLLECT_ENV", "0")
 
@@ -94,7 +94,7 @@ def both_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import yaml
 
     import dstbench
-    from tests.test_accuracy import digits_suite
+    from tests.execution.test_accuracy_track import digits_suite
 
     tmp = tmp_path_factory.mktemp("both")
     suite = digits_suite(

@@ -305,3 +305,26 @@ def _used_names(path: Path) -> set[str]:
 def _imported_names(path: Path) -> set[str]:
     return {alias.asname or alias.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+# -- tests mirror the package ----------------------------------------------------------------------
+# Folders of tests that cut across the package rather than mirror one of its packages.
+CROSS_CUTTING = {"faults", "benchmarks", "docs", "scripts", "examples"}
+ROOT_TEST_MODULES = {"__init__.py", "conftest.py", "test_architecture.py", "test_packaging.py"}
+
+
+def test_tests_mirror_the_package() -> None:
+    """Every test module sits in a folder that mirrors a package (`tests/dst/masked/` for
+    `dstbench/dst/masked/`; `tests/methods/` for the installed `methods/`) or in a cross-cutting one;
+    the root keeps only the architecture and packaging checks."""
+    tests = ROOT / "tests"
+    assert {p.name for p in tests.glob("*.py")} == ROOT_TEST_MODULES
+    astray = []
+    for module in tests.rglob("*.py"):
+        parts = module.relative_to(tests).parts[:-1]
+        if not parts or parts[0] in CROSS_CUTTING:
+            continue
+        package = ROOT / "methods" if parts[0] == "methods" else ROOT / "dstbench" / Path(*parts)
+        if not (package / "__init__.py").exists():
+            astray.append(str(module.relative_to(ROOT)))
+    assert astray == [], "move these into the folder of the package they test"

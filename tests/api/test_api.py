@@ -14,7 +14,7 @@ import dstbench
 from dstbench.results.run_files import RunDirError
 from dstbench.suite.loading import SuiteError
 from tests.conftest import micro_suite
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -129,7 +129,7 @@ def test_the_datasets_follow_the_models_shape_and_the_suites_settings() -> None:
 def test_a_teacher_case_resumed_after_an_epoch_ends_like_an_uninterrupted_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from dstbench.execution.accuracy_track import measure_accuracy
     from dstbench.execution.case_session import base_result
-    from tests.test_accuracy import CPU, Interrupted, _assert_equal, _state, case_of
+    from tests.execution.test_accuracy_track import CPU, Interrupted, _assert_equal, _state, case_of
 
     suite = parse_suite(micro_suite(
         mode="accuracy", batch_size=16, optimizer={"name": "adamw", "lr": 0.005, "weight_decay": 0.05},

@@ -15,7 +15,7 @@ import dstbench
 from dstbench.results.derive import derive, load_frame
 from dstbench.suite.loading import read_yaml
 from tests.conftest import micro_suite
-from tests.test_accuracy import digits_suite
+from tests.execution.test_accuracy_track import digits_suite
 
 REPO = Path(__file__).resolve().parents[2]
 RESNET = {"name": "resnet18", "num_classes": 7, "input_size": [3, 32, 32]}

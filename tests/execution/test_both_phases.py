@@ -20,7 +20,7 @@ from dstbench.results.coverage import run_coverage
 from dstbench.results.merge import TRAINING_FIELDS, merge_phases
 from dstbench.results.record import CaseResult
 from dstbench.suite.groups import base_key
-from tests.test_accuracy import digits_suite
+from tests.execution.test_accuracy_track import digits_suite
 
 
 def _suite_file(path: Path, **overrides: Any) -> Path:

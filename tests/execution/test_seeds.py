@@ -22,7 +22,7 @@ from dstbench.gates.run_verdict import failed_case_list
 from dstbench.results.coverage import run_coverage
 from dstbench.results.derive import load_frame
 from dstbench.results.record import iter_results
-from tests.test_accuracy import digits_suite
+from tests.execution.test_accuracy_track import digits_suite
 
 
 def write(path: Path, suite: dict[str, Any], seeds: list[int] | None) -> Path:

@@ -20,7 +20,7 @@ from dstbench.suite.loading import load_suite
 from dstbench.util.files import LOCK_FILE
 from tests.conftest import micro_suite
 from tests.gates.synthetic import SUITE_HASH, line, write_run
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 
 def synthetic_run(path: Path) -> Path:
@@ -235,7 +235,7 @@ def _fifo(checkpoint: Path) -> None:
 ], ids=["truncated", "fifo"])
 def test_resume_past_a_damaged_checkpoint_trains_the_case_afresh(damage, reason: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from dstbench.results.record import load_results
-    from tests.test_accuracy import digits_suite
+    from tests.execution.test_accuracy_track import digits_suite
 
     path = tmp_path / "digits.yaml"
     path.write_text(yaml.safe_dump(digits_suite(methods=["dense"], accuracy={"epochs": 1, "keep_checkpoint": True})))

@@ -19,7 +19,7 @@ from dstbench.execution.lifeline import Terminated, terminate_as_interrupt
 from dstbench.results.record import iter_results
 from tests.conftest import micro_suite
 from tests.faults.processes import alive, reap_all, survivors, wait_for_file
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 ROOT = Path(__file__).resolve().parents[2]
 ORPHAN_GRACE_S = 10.0  # what the issue allows a child to outlive its killed parent
@@ -29,7 +29,7 @@ START_S = 240.0  # guard only: how long a loaded machine may take to reach the h
 def start_run(tmp_path: Path, methods: list, launcher: dict) -> tuple[subprocess.Popen, Path, Path, Path]:
     """`dstbench run` of a micro suite with a case labelled `hang` appended to `methods`: it hangs
     while `tmp_path/hang` exists, after writing its pid and parent pid to `tmp_path/pids` (see
-    tests/launchers/fault_methods.py)."""
+    tests/execution/launchers/fault_methods.py)."""
     hang_file, pid_file, out = tmp_path / "hang", tmp_path / "pids", tmp_path / "runs"
     hang = {"name": "fault_hang", "label": "hang", "params": {"hang_file": str(hang_file), "pid_file": str(pid_file)}}
     suite = tmp_path / "suite.yaml"

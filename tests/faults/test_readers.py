@@ -17,7 +17,7 @@ import dstbench
 from dstbench.cli import main
 from dstbench.results.run_files import RunDirError, RunLock
 from tests.faults.test_data_safety import suite_file
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET_RUN = ROOT / "reports/studies/intervals/runs/gate/cpu_gate-20261203-230244"

@@ -20,7 +20,7 @@ from dstbench.util.files import LOCK_FILE, make_unique_dir, write_atomic
 from dstbench.execution.orchestrator import new_run_dir
 from tests.conftest import micro_suite
 from tests.gates.synthetic import line, write_run
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 
 def write_suite(tmp_path: Path, **overrides) -> Path:  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ from tests.conftest import micro_suite
 from tests.faults.exit_plugin import PLUGIN as EXIT_PLUGIN
 from tests.faults.processes import reap_all, wait_for_file
 from tests.gates.synthetic import line, write_run
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from dstbench.dst.masked.channels import cubic_sparsity
 from dstbench.dst.masked.distributions import target_active
 from dstbench.dst.update_schedule import round_half_up
 from tests.conftest import ADAMW, micro_batches
-from tests.sparse.helpers import micro_method
+from tests.dst.masked.helpers import micro_method
 
 SLOW_SGD = {"name": "sgd", "lr": 1e-4, "momentum": 0.9}
 

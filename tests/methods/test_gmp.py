@@ -9,7 +9,7 @@ import dstbench
 from dstbench.dst.masked.distributions import target_active
 from dstbench.dst.registry import params_of
 from tests.conftest import ADAMW, micro_batches, micro_vit
-from tests.sparse.helpers import LAYER, assert_zero_where_masked, one_layer_batches, one_layer_method, run_steps
+from tests.dst.masked.helpers import LAYER, assert_zero_where_masked, one_layer_batches, one_layer_method, run_steps
 
 
 def _gmp(density: float = 0.2, total_steps: int = 40, **params: object) -> dstbench.Method:

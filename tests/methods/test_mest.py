@@ -6,7 +6,7 @@ import torch
 
 from dstbench.methods import method_info
 from tests.conftest import ADAMW, micro_batches
-from tests.sparse.helpers import LAYER, micro_method, one_layer_batches, one_layer_method
+from tests.dst.masked.helpers import LAYER, micro_method, one_layer_batches, one_layer_method
 
 
 def test_defaults_follow_the_reference() -> None:

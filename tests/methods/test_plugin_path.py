@@ -18,8 +18,8 @@ from dstbench.execution.accuracy_track import WarmupCosine, warmup_cosine
 from dstbench.execution.case_session import flag_missed_updates
 from dstbench.results.record import CaseResult
 from tests.conftest import ADAMW, micro_batches, micro_suite
-from tests.sparse.helpers import micro_method
-from tests.test_accuracy import digits_suite
+from tests.dst.masked.helpers import micro_method
+from tests.execution.test_accuracy_track import digits_suite
 
 PLUGIN = "toy_masks_plugin"
 PLUGIN_SOURCE = '''
@@ -122,7 +122,7 @@ def test_a_method_that_declares_a_schedule_and_never_updates_is_flagged() -> Non
     updating.train_segment(micro_batches(), 8)
     assert updating.update_shortfall() is None
     import dstbench
-    from tests.sparse.helpers import micro_vit
+    from tests.dst.masked.helpers import micro_vit
 
     static = dstbench.create_method("static", micro_vit(), density=0.5, total_steps=12, optimizer=ADAMW)
     static.train_segment(micro_batches(), 8)

@@ -6,7 +6,7 @@ import torch
 
 import dstbench
 from dstbench.methods import method_info
-from tests.sparse.helpers import LAYER, one_layer_batches, one_layer_method
+from tests.dst.masked.helpers import LAYER, one_layer_batches, one_layer_method
 
 
 def _hand_built(method: dstbench.Method, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

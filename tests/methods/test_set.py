@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dstbench.methods import method_info
-from tests.sparse.helpers import LAYER, one_layer_batches, one_layer_method
+from tests.dst.masked.helpers import LAYER, one_layer_batches, one_layer_method
 
 
 def _update_once(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from dstbench.dst.masked.csr import CsrMaskSet
 from dstbench.dst.masked.distributions import target_active
 from dstbench.dst.registry import params_of
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
-from tests.sparse.helpers import LAYER, assert_zero_where_masked, one_layer_method, run_steps, state_tensors
+from tests.dst.masked.helpers import LAYER, assert_zero_where_masked, one_layer_method, run_steps, state_tensors
 
 
 def _srigl(optimizer: dict = ADAMW, density: float = 0.2, **params: object) -> dstbench.Method:

@@ -8,7 +8,7 @@ import torch
 import dstbench
 from dstbench.dst.masked.distributions import target_active
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
-from tests.sparse.helpers import assert_zero_where_masked, run_steps
+from tests.dst.masked.helpers import assert_zero_where_masked, run_steps
 
 
 def _static(optimizer: dict = ADAMW, density: float = 0.2, seed: int = 0, **params: object) -> dstbench.Method:

@@ -20,7 +20,7 @@ from dstbench.results.derive import derive, load_frame
 from dstbench.results.expectations import evaluate
 from dstbench.results.time_to_target import add_time_to_target, pooled_target, steps_to_target, target_text
 from dstbench.suite.schema_sections import Expectation
-from tests.test_accuracy import digits_suite
+from tests.execution.test_accuracy_track import digits_suite
 
 
 def curve(*points: tuple[int, float]) -> list[dict[str, Any]]:

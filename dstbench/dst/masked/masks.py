@@ -12,7 +12,7 @@ and AdamW (decoupled decay `w * (1 - lr * wd)`, moments `b * 0 + (1 - b) * 0`, u
 every step (as the public implementations do) would only rewrite zeros. Where a step does take an
 unmasked gradient (a method whose update follows the step and reads the dense gradient, e.g.
 Chase), the caller restores the invariant after that step with `enforce` (and a checkpoint load
-does too); `tests/sparse/test_masks.py` checks the arithmetic for every optimizer.
+does too); `tests/dst/masked/test_masks.py` checks the arithmetic for every optimizer.
 
 How the gradient is masked, measured on the CPU smoke model's shapes
 (`tests/benchmarks/test_mask_ops.py`): `torch._foreach_mul_` with each bool mask viewed as uint8

@@ -31,9 +31,9 @@ from dstbench.util.files import RESULTS_FILE, slug
 from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import alive, reap_all, start_with_sigint, survivors, wait_for_file
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TIMING = {"warmup_steps": 1, "segment_steps": 1, "segments": 2}
 START_S = 240.0  # guard only: how long a loaded machine may take to start a job
 

@@ -111,8 +111,8 @@ def test_plugin_versions_by_distribution(monkeypatch: pytest.MonkeyPatch) -> Non
     import importlib.metadata
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
-    versions = env.plugin_versions(["tests.launchers.fault_methods", "timm.models"])
-    assert versions == {"tests.launchers.fault_methods": None, "timm.models": importlib.metadata.version("timm")}
+    versions = env.plugin_versions(["tests.execution.launchers.fault_methods", "timm.models"])
+    assert versions == {"tests.execution.launchers.fault_methods": None, "timm.models": importlib.metadata.version("timm")}
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ from dstbench.dst.masked.semi_structured import (
     project_transposable_2to4,
 )
 from tests.conftest import ADAMW, micro_batches
-from tests.sparse.helpers import dense_2to4_stand_in as _dense_stand_in
-from tests.sparse.helpers import micro_method
+from tests.dst.masked.helpers import dense_2to4_stand_in as _dense_stand_in
+from tests.dst.masked.helpers import micro_method
 
 
 def _tiles(t: torch.Tensor) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ import dstbench
 from dstbench.dst.masked.csr import CsrLinear, CsrMaskSet
 from dstbench.measure.trackers import training_state_bytes
 from tests.conftest import ADAMW, SGD, micro_batches, micro_vit
-from tests.sparse.helpers import MASKED_METHODS, micro_method
+from tests.dst.masked.helpers import MASKED_METHODS, micro_method
 
 STEPS = 10  # updates at steps 3, 6 and 9
 

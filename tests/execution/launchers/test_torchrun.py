@@ -17,7 +17,7 @@ from dstbench.results.record import CaseResult, iter_results
 from dstbench.execution.case_session import CaseTask
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
-from tests.launchers.rank_faults import PLUGIN
+from tests.execution.launchers.rank_faults import PLUGIN
 
 TORCHRUN = {"name": "torchrun", "nproc_per_node": 2, "timeout_s": 300}
 

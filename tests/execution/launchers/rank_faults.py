@@ -1,5 +1,5 @@
 """A method that fails on one rank only, for the torchrun tests. Suites load it with
-`plugins: [tests.launchers.rank_faults]`."""
+`plugins: [tests.execution.launchers.rank_faults]`."""
 
 from __future__ import annotations
 

@@ -25,9 +25,9 @@ from dstbench.execution.rounds import fits
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import start_with_sigint
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _suite_file(tmp_path: Path, **overrides) -> Path:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from dstbench.execution.launchers.inprocess.config import InProcessConfig
 from dstbench.execution.launchers.subprocess.config import SubprocessConfig
 from dstbench.execution.launchers.inprocess.launcher import InProcessLauncher
 from dstbench.execution.launchers.subprocess.launcher import SubprocessLauncher
-from tests.launchers.test_subprocess import task_for
+from tests.execution.launchers.test_subprocess import task_for
 
 
 def test_make_launcher_by_name() -> None:

@@ -5,7 +5,7 @@ from dstbench.suite.cases import Case
 from dstbench.suite.plan import expand_cases
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 
 def suite(**overrides):  # type: ignore[no-untyped-def]

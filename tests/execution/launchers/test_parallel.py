@@ -21,9 +21,9 @@ from dstbench.util.files import RESULTS_FILE
 from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import micro_suite
 from tests.faults.processes import reap_all, survivors, wait_for_file
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SIDE_BY_SIDE = {"warmup_steps": 1, "segment_steps": 1, "segments": 2, "interleave": False}
 
 

@@ -13,7 +13,7 @@ import dstbench.dst.masked as masked
 from dstbench.dst.masked import DropGrowParams, GradientGrow, Magnitude, MaskedMethod, NoGrow, drop_and_grow, target_active
 from dstbench.dst.masked.masks import random_mask
 from tests.conftest import ADAMW, micro_batches, micro_vit
-from tests.sparse.helpers import assert_zero_where_masked, micro_method, run_steps
+from tests.dst.masked.helpers import assert_zero_where_masked, micro_method, run_steps
 
 
 class DenseStart(MaskedMethod):

@@ -1,5 +1,5 @@
 """Methods that fail on purpose (and one that proves cases run at once), for the launcher and runner
-tests. Suites load them with `plugins: [tests.launchers.fault_methods]`."""
+tests. Suites load them with `plugins: [tests.execution.launchers.fault_methods]`."""
 
 from __future__ import annotations
 

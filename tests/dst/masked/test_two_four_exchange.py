@@ -21,7 +21,7 @@ from dstbench.dst.masked.transposable import (
     project_transposable_2to4,
 )
 from tests.conftest import ADAMW, micro_batches
-from tests.sparse.helpers import dense_2to4_stand_in, micro_method
+from tests.dst.masked.helpers import dense_2to4_stand_in, micro_method
 
 # Tiles switch whole, and one switch turns on at most 8 more positions (a pattern holds 8); the
 # projection stops before the switch that would pass the requested count, so where the count binds

@@ -19,7 +19,7 @@ from dstbench.inputs.loaders import build_datasets, eval_loader
 from dstbench.suite.loading import parse_suite
 from dstbench.models.timm_models import create_vit, input_shape
 from tests.conftest import SGD, micro_batches
-from tests.distributed_workers import (
+from tests.dst.distributed_workers import (
     ACCURACY_CASE, ACCURACY_SUITE, ADAM, BATCH, METHODS, TOTAL_STEPS, build, snapshot, spawn_ranks,
 )
 

@@ -72,7 +72,7 @@ def test_barter_channels_absorb_the_heads_rounding(shape: dict) -> None:
 
 @pytest.mark.parametrize("suite", ["cpu_smoke", "cpu_accuracy", "barter_ablation", "l40_vit"])
 def test_the_committed_suites_vits_hold_barters_density_within_0_005(suite: str) -> None:
-    data = read_yaml(Path(__file__).parents[2] / "suites" / f"{suite}.yaml")
+    data = read_yaml(Path(__file__).parents[3] / "suites" / f"{suite}.yaml")
     points = [point_data(data, values) for values in sweep_values(data.get("sweep") or {}, data.get("sweep_mode", "product"))]
     for point in points or [data]:
         spec = dict(point["model"])

@@ -9,7 +9,7 @@ from dstbench.execution.launchers.subprocess.launcher import SubprocessLauncher
 from dstbench.execution.case_session import CaseTask
 from dstbench.suite.loading import parse_suite
 from tests.conftest import micro_suite
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
 
 def task_for(method: str, tmp_path) -> CaseTask:  # type: ignore[no-untyped-def]

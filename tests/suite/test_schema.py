@@ -186,7 +186,7 @@ def test_shipped_speed_suites_run_every_method_and_time_an_update(name: str) -> 
     from dstbench.methods import list_methods, method_info
     from dstbench.dst.update_schedule import UpdateSchedule
 
-    suite = load_suite(Path(__file__).resolve().parents[1] / "suites" / f"{name}.yaml")
+    suite = load_suite(Path(__file__).resolve().parents[2] / "suites" / f"{name}.yaml")
     built_in = [n for n in list_methods() if method_info(n).cls.__module__.startswith("dstbench.")]  # not test plugins
     assert {m.name for m in suite.methods} == set(built_in)  # some twice, under labels (rigl_csr)
     timing = suite.timing

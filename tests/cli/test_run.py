@@ -17,9 +17,9 @@ from dstbench.cli import main
 from dstbench.results.record import iter_results
 from tests.conftest import micro_suite
 from tests.faults.processes import start_with_sigint
-from tests.launchers.fault_methods import PLUGIN
+from tests.execution.launchers.fault_methods import PLUGIN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_suite(tmp_path: Path, **overrides) -> Path:  # type: ignore[no-untyped-def]

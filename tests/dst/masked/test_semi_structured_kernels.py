@@ -15,7 +15,7 @@ from dstbench.dst.masked.semi_structured import SemiStructuredLinear, check_devi
 from dstbench.dst.masked.transposable import project_transposable_2to4
 from dstbench.suite.loading import SuiteError, parse_suite
 from tests.conftest import ADAMW, MICRO_MODEL, micro_batches, micro_suite, micro_vit
-from tests.sparse.helpers import dense_2to4_stand_in, micro_method
+from tests.dst.masked.helpers import dense_2to4_stand_in, micro_method
 
 SEMI = {"name": "rigl", "params": {"execution": "semi_structured"}}
 

@@ -15,7 +15,7 @@ from dstbench.execution.orchestrator import run_suite
 from dstbench.dst.masked.distributions import target_active
 from dstbench.measure.trackers.memory import training_state_bytes
 from tests.conftest import ADAMW, SGD, micro_batches, micro_suite, micro_vit
-from tests.sparse.helpers import MASKED_METHODS, assert_zero_where_masked, micro_method, run_steps, state_tensors
+from tests.dst.masked.helpers import MASKED_METHODS, assert_zero_where_masked, micro_method, run_steps, state_tensors
 
 
 def test_registered_as_masked() -> None:

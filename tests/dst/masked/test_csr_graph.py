@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from dstbench.dst.masked.csr import CsrLinear
 from tests.conftest import ADAMW, micro_batches
-from tests.sparse.helpers import micro_method
+from tests.dst.masked.helpers import micro_method
 
 REFUSED = "cannot change a layer's active positions while a forward of it awaits its backward"
 
