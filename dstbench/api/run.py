@@ -230,6 +230,15 @@ class Run:
                                  "seed": line.get("seed"), **own})
         return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
+    def survival(self, by: str = "steps", reference: str | None = None) -> "pd.DataFrame":
+        """Per case, the share of its seeds that have reached the top-1 target by each training step
+        (`by="steps"`) or estimated training second (`by="seconds"`): a step function, one row per
+        point (`case_id`, `method`, `density`, `point`, `x`, `reached`, `seeds`; a seed that failed
+        or never reached the target keeps its case below 1: `dstbench.results.survival`)."""
+        from dstbench.results.survival import survival_curves
+
+        return survival_curves(self.folder().frame(reference), by)
+
     def check(self, *, allow_incomplete: bool = False) -> "RunVerdict":
         """The verdict `dstbench check` prints: `.passed`, `.exit_code`, `.expectations` (each with
         its verdict and message), `.failed_cases`, `.coverage`, `.foreign_lines`."""

@@ -29,6 +29,7 @@ SECTION_MODULES = (
     "dstbench.report.tables",
     "dstbench.report.tracker_fields",
     "dstbench.report.time_to_accuracy",
+    "dstbench.report.survival",
     "dstbench.report.plots",
     "dstbench.report.environment",
     "dstbench.report.profile_section",
