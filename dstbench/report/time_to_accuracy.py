@@ -30,6 +30,9 @@ from dstbench.results.time_to_target import target_text
 from dstbench.util.text import present
 
 TAUS = np.linspace(1.0, 4.0, 61)  # performance profiles: within a factor tau of the best, 1 to 4
+# The profiles' band: seeds resampled within each workload, this many times, at this level.
+PROFILE_RESAMPLES = 1000
+PROFILE_LEVEL = 0.95
 
 
 def method_colors(derived: pd.DataFrame) -> dict[str, Any]:
@@ -246,6 +249,40 @@ def profile_table(times: pd.DataFrame, taus: np.ndarray = TAUS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def profile_fractions(times: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """`profile_table`'s fractions from an array of times (workloads x methods; NaN a miss), as
+    methods x taus."""
+    best = np.nanmin(np.where(np.isfinite(times), times, np.inf), axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = np.where(np.isfinite(times), times / best, np.inf)
+    return (ratios[:, :, None] <= taus[None, None, :] + 1e-12).mean(axis=0)
+
+
+def profile_band(seed_times: dict[str, dict[str, list[float]]], taus: np.ndarray = TAUS, resamples: int = PROFILE_RESAMPLES,
+                 level: float = PROFILE_LEVEL, seed: int = 0) -> pd.DataFrame:
+    """The profiles' percentile band from resampling seeds: `seed_times[workload][label]` holds
+    each seed's seconds to target (NaN: that seed missed). Each resample draws every case's seeds
+    with replacement within its workload and takes their mean (a miss among them: the case missed
+    there, as the pooled time says), then the profiles of those times; the band is the central
+    `level` of the resampled fractions. Columns: method, tau, low, high."""
+    names = list(seed_times)
+    labels = list(dict.fromkeys(label for by_label in seed_times.values() for label in by_label))
+    rng = np.random.default_rng(seed)
+    fractions = np.empty((resamples, len(labels), len(taus)))
+    for r in range(resamples):
+        times = np.full((len(names), len(labels)), np.nan)
+        for w, workload in enumerate(names):
+            for m, label in enumerate(labels):
+                values = np.asarray(seed_times[workload].get(label, []), dtype=float)
+                if len(values):
+                    drawn = rng.choice(values, size=len(values))
+                    times[w, m] = drawn.mean() if np.isfinite(drawn).all() else np.nan
+        fractions[r] = profile_fractions(times, taus)
+    low, high = np.percentile(fractions, [50 * (1 - level), 50 * (1 + level)], axis=0)
+    return pd.DataFrame([{"method": label, "tau": float(t), "low": float(low[m, i]), "high": float(high[m, i])}
+                         for m, label in enumerate(labels) for i, t in enumerate(taus)])
+
+
 def workloads(runs: Any) -> dict[str, str]:
     """Each run folder's workload, named by its first run: runs whose recorded setups (run.json's
     `setup`, what the suite hash is made of) are the same apart from the seed are one workload,
@@ -284,12 +321,32 @@ def workload_times(derived: pd.DataFrame) -> pd.DataFrame | None:
     return wide if len(wide) >= 2 else None
 
 
+def workload_seed_times(derived: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
+    """Each workload's cases' seconds to target seed by seed (NaN for a seed that missed or
+    failed), keyed as `workload_times` keys them."""
+    judged = derived[derived["target_reached"].map(lambda r: r is True or r is False)] if "target_reached" in derived else derived.iloc[0:0]
+    if judged.empty or "time_to_target_s" not in judged:
+        return {}
+    runs = judged["run"].astype(str).map(workloads(judged["run"])) if "run" in judged else pd.Series("", index=judged.index)
+    workload = runs.map(run_label).astype(str) + frame_points(judged).map(lambda p: f" [{p}]" if p else "")
+    labels = judged["method"].astype(str) + "@" + judged["density"].map(lambda d: f"{float(d):g}")
+    found: dict[str, dict[str, list[float]]] = {}
+    for w, label, reached, seconds in zip(workload, labels, judged["target_reached"], judged["time_to_target_s"]):
+        value = float(seconds) if reached is True and present(seconds) else math.nan
+        found.setdefault(w, {}).setdefault(label, []).append(value)
+    return found
+
+
 @register_plot(
     "time_to_accuracy_profiles", "Time to accuracy: performance profiles", order=168,
     caption="For each case, the fraction of workloads (sweep points or suites; runs of one suite on other seeds are "
     "one workload, pooled over all its seeds) on which its estimated time to the "
     "target is within a factor tau of the fastest case's there; a workload where it never reached the target counts "
-    "as a miss at every tau (AlgoPerf's performance profiles).",
+    f"as a miss at every tau (AlgoPerf's performance profiles). The band: each case's seeds resampled with "
+    f"replacement within each workload, {PROFILE_RESAMPLES} times, its mean time to target taken again (a missed seed "
+    f"drawn makes a miss), the central {PROFILE_LEVEL:.0%} of the resampled profiles; two cases whose bands overlap "
+    "are not told apart by these seeds. Times are known only to within the evaluation period (the crossing is "
+    "interpolated between evaluations), so ratios closer to 1 than a period's share of the time say nothing.",
 )
 def time_to_accuracy_profiles(derived: pd.DataFrame) -> Plot | None:
     times = workload_times(derived)
@@ -299,15 +356,21 @@ def time_to_accuracy_profiles(derived: pd.DataFrame) -> Plot | None:
     labels = list(times.columns)
     methods = method_colors(derived)
     colors = {label: methods.get(label.split("@")[0], "0.3") for label in labels}
+    seeds = workload_seed_times(derived)
+    band = profile_band(seeds) if seeds else None
     figure, ax = new_figure()
     for label in labels:
         curve = profiles[profiles["method"] == label]
         ax.step(curve["tau"], curve["fraction"], where="post", color=colors[label], label=label)
+        if band is not None and label in set(band["method"]):
+            spread = band[band["method"] == label]
+            ax.fill_between(spread["tau"], spread["low"], spread["high"], step="post", color=colors[label], alpha=0.15, linewidth=0)
     ax.set(xlabel="tau (time to target / the workload's fastest)", ylabel="fraction of workloads", ylim=(-0.02, 1.02), xlim=(1, 4))
     legend_outside(ax)
     at_one = profiles[profiles["tau"] == 1.0]
     alt = "; ".join(f"{r['method']}: fastest on {r['fraction']:.0%}" for _, r in at_one.iterrows())
-    return Plot(figure, f"Performance profiles over {len(times)} workloads: {alt}.", "Time to accuracy: performance profiles")
+    banded = f" With {PROFILE_LEVEL:.0%} bands from {PROFILE_RESAMPLES} resamples of the seeds." if band is not None else ""
+    return Plot(figure, f"Performance profiles over {len(times)} workloads: {alt}.{banded}", "Time to accuracy: performance profiles")
 
 
 def target_headline(derived: pd.DataFrame) -> dict[str, Any] | None:

@@ -110,3 +110,21 @@ def test_the_headline_says_when_no_case_reached_the_target(both_run: Path, tmp_p
     (run / "suite.yaml").write_text(suite.replace("target_top1: 0.3", "target_top1: 0.999"))
     head = target_headline(derive(load_frame([run]), "dense"))
     assert head == {"reached": False, "target": "top-1 0.999 (the suite's accuracy.target_top1)"}
+
+
+def test_the_profiles_band_comes_from_resampling_seeds() -> None:
+    from dstbench.report.time_to_accuracy import profile_band, profile_fractions
+
+    taus = np.array([1.0, 1.5, 2.0])
+    # profile_fractions agrees with profile_table: workloads x methods, NaN a miss.
+    times = np.array([[10.0, 20.0], [30.0, np.nan]])
+    assert profile_fractions(times, taus).tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.5]]
+    # a is always faster (10 vs 30 s, every seed); b and c trade places seed by seed (overlap).
+    seeds = {"w1": {"a": [10.0, 10.5, 9.5], "b": [30.0, 40.0, 20.0], "c": [35.0, 25.0, 30.0]},
+             "w2": {"a": [10.0, 11.0, 9.0], "b": [30.0, 20.0, 40.0], "c": [25.0, 35.0, 30.0]}}
+    band = profile_band(seeds, taus, resamples=200).set_index(["method", "tau"])
+    assert band.loc[("a", 1.0), "low"] == band.loc[("a", 1.0), "high"] == 1.0  # fastest in every resample
+    assert band.loc[("b", 2.0), "low"] < band.loc[("b", 2.0), "high"]  # seed noise shows as a band
+    assert band.loc[("b", 2.0), "low"] <= band.loc[("c", 2.0), "high"] and band.loc[("c", 2.0), "low"] <= band.loc[("b", 2.0), "high"]
+    missing = profile_band({"w1": {"a": [10.0, math.nan]}}, taus, resamples=200).set_index(["method", "tau"])
+    assert missing.loc[("a", 1.0), "low"] == 0.0 and missing.loc[("a", 1.0), "high"] == 1.0  # a missed seed may be drawn
