@@ -239,6 +239,15 @@ class Run:
 
         return survival_curves(self.folder().frame(reference), by)
 
+    def target_sweep(self, reference: str | None = None) -> "pd.DataFrame":
+        """Every case timed to each target of the suite's `accuracy.target_sweep` (default: 0.5, 1,
+        2 and 5 points below dense's mean final top-1) from the same curves: one row per (target,
+        case) with its time to target and speedup to it over its seeds, and its `rank` by time
+        there (`dstbench.results.target_sweep`)."""
+        from dstbench.results.target_sweep import target_sweep
+
+        return target_sweep(self.folder().frame(reference))
+
     def check(self, *, allow_incomplete: bool = False) -> "RunVerdict":
         """The verdict `dstbench check` prints: `.passed`, `.exit_code`, `.expectations` (each with
         its verdict and message), `.failed_cases`, `.coverage`, `.foreign_lines`."""

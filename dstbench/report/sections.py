@@ -30,6 +30,7 @@ SECTION_MODULES = (
     "dstbench.report.tracker_fields",
     "dstbench.report.time_to_accuracy",
     "dstbench.report.survival",
+    "dstbench.report.target_sweep",
     "dstbench.report.plots",
     "dstbench.report.environment",
     "dstbench.report.profile_section",

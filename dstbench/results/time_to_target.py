@@ -19,6 +19,7 @@ Those steps in seconds, at the case's measured step time: `dstbench.results.targ
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping
 
@@ -29,6 +30,14 @@ from dstbench.results.replicates import frame_points
 from dstbench.results.run_files import recorded_target
 
 TARGET_SHARE = 0.99  # of the baseline's mean final top-1, without a target in the suite
+
+
+@dataclasses.dataclass(frozen=True)
+class BelowDense:
+    """A target `points` percentage points below dense's mean final top-1 where the curves are read
+    (a target sweep's `below_dense`: `dstbench.results.target_sweep`)."""
+
+    points: float
 TARGET_COLUMNS = ("target_top1", "target_basis", "steps_to_target", "target_reached", "eval_period_steps")
 
 
@@ -63,14 +72,20 @@ def _final_top1_mean(rows: pd.DataFrame) -> float:
     return float(values.mean()) if len(values) else math.nan
 
 
-def targets(frame: pd.DataFrame, suite_targets: Mapping[str, float | None] | None = None) -> dict[tuple[str, str], tuple[float, str]]:
+def targets(frame: pd.DataFrame, suite_targets: Mapping[str, Any] | None = None) -> dict[tuple[str, str], tuple[float, str]]:
     """The target of each (run, sweep point) and what it is: the suite's (`suite_targets[run]`, as
-    `RunFolder.target_top1` resolves it; a run not given: `recorded_target`), else 99% of dense's
+    `RunFolder.target_top1` resolves it, or a `BelowDense`; a run not given: `recorded_target`), else 99% of dense's
     mean final top-1 there, else of the reference's; NaN with a reason where there is none."""
     points = frame_points(frame)
     found: dict[tuple[str, str], tuple[float, str]] = {}
     for (run, point), rows in frame.groupby([frame["run"].astype(str), points], sort=False):
         suite_target = suite_targets[run] if suite_targets is not None and run in suite_targets else recorded_target(run)
+        if isinstance(suite_target, BelowDense):
+            mean = _final_top1_mean(rows[rows["kind"] == "dense"])
+            value = mean - suite_target.points / 100
+            found[(run, point)] = ((value, f"top-1 {value:.4g}: {suite_target.points:g} points below dense's mean final top-1 "
+                                            f"({mean:.4g})") if math.isfinite(mean) else (math.nan, "no target: no dense top-1 to be below"))
+            continue
         if suite_target is not None:
             found[(run, point)] = (suite_target, f"top-1 {suite_target:g} (the suite's accuracy.target_top1)")
             continue
@@ -102,7 +117,7 @@ def trained(row: Any) -> bool:
     return str(row.get("mode")) in ("accuracy", "both")
 
 
-def add_time_to_target(frame: pd.DataFrame, suite_targets: Mapping[str, float | None] | None = None) -> pd.DataFrame:
+def add_time_to_target(frame: pd.DataFrame, suite_targets: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """`frame` (one row per line, with `run`) with `target_top1`, `target_basis`, `steps_to_target`,
     `target_reached` and `eval_period_steps` per line. `target_reached` is True or False for a line
     that trained for accuracy (False for a failed or diverged one: a miss), None for a speed line."""

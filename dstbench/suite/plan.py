@@ -245,7 +245,7 @@ def resume_conflicts(stored: SuiteConfig, current: SuiteConfig) -> list[str]:
     fixed -= {*RESUME_MAY_CHANGE, "methods", "densities", "seed", "seeds"}
     for dump in (old, new):  # a target is read from the curves afterwards: it may change
         if isinstance(dump.get("accuracy"), dict):
-            dump["accuracy"] = {k: v for k, v in dump["accuracy"].items() if k != "target_top1"}
+            dump["accuracy"] = {k: v for k, v in dump["accuracy"].items() if k not in ("target_top1", "target_sweep")}
     conflicts = [k for key in sorted(fixed) for k in _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), key)]
     free = {f"launcher.{k}" for k in RESUME_MAY_CHANGE_LAUNCHER}
     conflicts = [k for k in conflicts if not any(k == f or k.startswith(f + ".") for f in free)]

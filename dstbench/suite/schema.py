@@ -24,7 +24,7 @@ from dstbench.suite.cases import case_id, point_tag
 from dstbench.suite.sweep import MODES as SWEEP_MODES, point_data, sweep_problems, sweep_values, tag_problems
 from dstbench.suite.schema_sections import (
     NAME_LIMIT, AccuracyConfig, CompileConfig, DataConfig, Expectation, MethodSpec, ModelConfig, OptimizerConfig,
-    ProfileConfig, Strict, TimingConfig, _check_files, expectation_problem,
+    ProfileConfig, Strict, TargetsBelowDense, TimingConfig, _check_files, expectation_problem,
 )
 from dstbench.util.files import slug
 
@@ -314,6 +314,14 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _target_sweep_has_dense(self) -> "SuiteConfig":
+        """Targets below dense's top-1 need dense in the run to be below."""
+        if isinstance(self.accuracy.target_sweep, TargetsBelowDense) and not any(self.method_kind(m) == "dense" for m in self.methods):
+            raise ValueError("accuracy.target_sweep: below_dense needs dense in the run, which the suite does not run; "
+                             "add dense, or list the targets as top-1 fractions")
+        return self
+
+    @model_validator(mode="after")
     def _launcher_fits_suite(self) -> "SuiteConfig":
         """What the chosen launcher cannot do with this suite (its config's `suite_problem`: e.g. the
         subprocess launcher's `parallel` on one CPU with interleaved groups)."""
@@ -412,6 +420,7 @@ class SuiteConfig(Strict):
         measured["seed"] = self.seed
         measured["timing"].pop("per_seed", None)
         measured["accuracy"].pop("target_top1", None)  # read from the curves after training
+        measured["accuracy"].pop("target_sweep", None)
         if measured["data"].get("teacher") is None:  # only teacher suites have the key
             measured["data"].pop("teacher", None)
         for key in ("input_size", "prunable"):  # dstbench's model keys: in the hash only when set

@@ -280,6 +280,13 @@ class Expectation(Strict):
         return any(ch in self.method for ch in "*?[")
 
 
+class TargetsBelowDense(Strict):
+    """`accuracy.target_sweep: {below_dense: [...]}`: targets in points below dense's mean final top-1."""
+
+    below_dense: list[PositiveFloat] = Field(min_length=1, description=(
+        "percentage points below dense's mean final top-1 in the run, e.g. [0.5, 1, 2, 5] (needs dense in the run)"))
+
+
 class AccuracyConfig(Strict):
     """Training for accuracy (`mode: accuracy` and `both`) on the suite's dataset."""
 
@@ -295,6 +302,22 @@ class AccuracyConfig(Strict):
     target_top1: float | None = Field(None, gt=0, le=1, description=(
         "the test top-1 (a fraction) whose first crossing each case's curve is timed to (`steps_to_target`); default: "
         "99% of dense's mean final top-1 in the run, else of the reference's. Not in the suite hash"))
+    # Read from the curves after training, as target_top1: never in the suite hash.
+    target_sweep: list[float] | TargetsBelowDense | None = Field(None, description=(
+        "more targets to time every case to, from the same curves (the report's table across targets): top-1 "
+        "fractions like target_top1, e.g. [0.5, 0.55, 0.6], or {below_dense: [0.5, 1, 2, 5]} in points below dense's "
+        "mean final top-1; default: {below_dense: [0.5, 1, 2, 5]} where the run has dense. Not in the suite hash"))
+
+    @field_validator("target_sweep")
+    @classmethod
+    def _targets_are_fractions(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list sweeps nothing; leave target_sweep out for the default")
+            wrong = [v for v in value if not 0 < v <= 1]
+            if wrong:
+                raise ValueError(f"targets are top-1 fractions in (0, 1], like target_top1; got {', '.join(f'{v:g}' for v in wrong)}")
+        return value
 
 
 class ProfileConfig(Strict):
