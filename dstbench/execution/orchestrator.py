@@ -310,7 +310,7 @@ def plan_run(
 
 
 def planned_cases(cases: list[Case]) -> list[PlannedCase]:
-    return [PlannedCase(c.method, c.kind, c.density, c.sweep, c.seed) for c in cases]
+    return [PlannedCase.of(c) for c in cases]
 
 
 def run_suite(

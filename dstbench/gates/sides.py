@@ -57,8 +57,10 @@ class Side:
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)  # suite.yaml's `timing`, as the run used it
 
 
-def line_key(line: dict[str, Any], run_seed: int | None = None) -> Key:
-    """A line's key; `run_seed` for a line without a seed (its run's first seed)."""
+def side_key(line: dict[str, Any], run_seed: int | None = None) -> Key:
+    """A line's key across runs (`Key`): its suite hash beside its case (method, density) and seed,
+    `run_seed` for a line without a seed (its run's first seed). Within a run a line is keyed by
+    `dstbench.suite.cases.line_key`."""
     # Densities are floats written by the same code; rounding guards against 0.1 vs 0.1000000001.
     seed = line.get("seed")
     return (
@@ -102,7 +104,7 @@ def load_side(path: str | Path) -> Side:
     cases: dict[Key, dict[str, Any]] = {}
     run_seed = folder.first_seed()  # what a line without a seed ran with
     for line in folder.lines():
-        cases[line_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
+        cases[side_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports
     if not cases:
         raise CompareInputError(f"{path / RESULTS_FILE}: no result lines")
     return Side(path, meta, cases, timing=recorded_timing(folder))

@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
-from dstbench.suite.cases import case_id, case_key, line_case_id
+from dstbench.suite.cases import Case, case_id, case_key, line_case_id
 from dstbench.suite.groups import trained_line
 from dstbench.results.record import iter_results
 from dstbench.results.run_files import load_run_meta, stored_suite, update_run_meta
@@ -28,6 +28,11 @@ class PlannedCase:
     density: float
     sweep: dict[str, Any] | None = None  # its sweep point (dstbench.suite.sweep); None without a sweep
     seed: int | None = None  # its seed where the suite lists `seeds:` (each seed is a case to run)
+
+    @classmethod
+    def of(cls, case: Case) -> "PlannedCase":
+        """What run.json records of a case of the plan (`dstbench.suite.cases.Case`)."""
+        return cls(case.method, case.kind, case.density, case.sweep, case.seed)
 
     @property
     def case_id(self) -> str:
