@@ -71,10 +71,11 @@ def target_sweep_table(derived: pd.DataFrame) -> Table | None:
         body.append(cells)
     reference = derived.attrs.get("reference") or "the reference"
     sources = sorted({sweep_of(run)[1] for run in pd.unique(sweep["run"])})
+    order = order_changes(sweep)
     values = "; ".join(f"{t} = top-1 {float(v):.4g}" for t, v in sweep.drop_duplicates("target")[["target", "target_top1"]].itertuples(index=False))
     headers = (["run"] if several else []) + ["case"] + [h for t in targets for h in (f"{t}: time", f"{t}: vs {reference}")]
     return Table(
         headers, body, align=(["left"] if several else []) + ["left"] + ["right"] * (2 * len(targets)),
         note=(f"Targets: {'; '.join(sources)} ({values}). Times are estimates: steps to the target at the case's measured "
-              f"step and update times. {order_changes(sweep)[0].upper()}{order_changes(sweep)[1:]}."),
+              f"step and update times. {order[0].upper()}{order[1:]}."),
     )

@@ -325,9 +325,10 @@ _HINTS: dict[type, dict[str, Any]] = {}  # by line class
 
 def line_problem(data: Any) -> str | None:
     """Why a parsed result line cannot be used, or None (`dstbench.results.line_rule`)."""
-    hints = _HINTS.get(line_type())
+    current = line_type()
+    hints = _HINTS.get(current)
     if hints is None:
-        hints = _HINTS[line_type()] = typing.get_type_hints(line_type())
+        hints = _HINTS[current] = typing.get_type_hints(current)
     return line_problem_of(data, hints, SCHEMA_VERSION)
 
 

@@ -90,6 +90,7 @@ class RunFolder:
         self._loaded: pd.DataFrame | None = None
         self._derived: dict[str, pd.DataFrame] = {}
         self._target: object = _UNREAD
+        self._suite: "SuiteConfig | None" = None
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -134,10 +135,13 @@ class RunFolder:
         return self._target  # type: ignore[return-value]
 
     def suite(self) -> "SuiteConfig":
-        """The suite as the run recorded it, validated (`dstbench.suite.loading.load_suite`)."""
+        """The suite as the run recorded it, validated (`dstbench.suite.loading.load_suite`; its
+        plugins imported where they are found), read once (a suite is frozen)."""
         from dstbench.suite.loading import load_suite
 
-        return load_suite(self.path / SUITE_FILE)
+        if self._suite is None:
+            self._suite = load_suite(self.path / SUITE_FILE)
+        return self._suite
 
     @property
     def reference(self) -> str | None:

@@ -19,6 +19,9 @@ from dstbench.measure.trackers.base import PHASES, Tracker
 T = TypeVar("T", bound=type[Tracker])
 
 _REGISTRY: dict[str, type[Tracker]] = {}
+# The last order computed, by the registered classes it was computed for: every result line read
+# asks for it (`dstbench.results.record.line_type`).
+_ORDERED: dict[str, tuple[type[Tracker], ...]] = {}
 
 
 def register_tracker(name: str) -> Callable[[T], T]:
@@ -49,7 +52,10 @@ def register_tracker(name: str) -> Callable[[T], T]:
 def registered_trackers() -> tuple[type[Tracker], ...]:
     """Every registered tracker, each after those its `after` names (registration order otherwise).
     Raises ValueError for an `after` naming no registered tracker, or a cycle."""
-    pending = list(_REGISTRY.values())
+    key = tuple(_REGISTRY.values())
+    if _ORDERED.get("key") == key:
+        return _ORDERED["order"]
+    pending = list(key)
     for cls in pending:
         missing = [name for name in cls.after if name not in _REGISTRY]
         if missing:
@@ -63,7 +69,8 @@ def registered_trackers() -> tuple[type[Tracker], ...]:
         ordered.append(ready)
         placed.add(ready.name)
         pending.remove(ready)
-    return tuple(ordered)
+    _ORDERED.update(key=key, order=tuple(ordered))
+    return _ORDERED["order"]
 
 
 def tracker_class(name: str) -> type[Tracker]:
