@@ -86,8 +86,9 @@ class Comparison:
 
         rows: list[dict[str, Any]] = []
         for case in self.result.cases:
-            _, method, density, seed = case.key
-            base = {"case_id": case.case, "method": method, "density": density, "seed": seed}
+            line = self.result.baseline.cases[case.key]
+            base = {"case_id": case.case, "method": str(line.get("method")), "density": round(float(line.get("density") or 0.0), 6),
+                    "seed": case.key.case.seed}
             status_verdict = (
                 "regression" if case.baseline_status == "ok" != case.current_status
                 else "improvement" if case.current_status == "ok" != case.baseline_status else "unchanged"

@@ -86,9 +86,10 @@ def load_pretrained(model: torch.nn.Module, path: str | Path) -> dict[str, Any]:
 
 
 # -- case checkpoints -------------------------------------------------------------------------------
-def case_checkpoint_path(run_dir: str | Path, case_key: str) -> Path:
-    """Where a case's checkpoint goes; `case_key` is its id, and its seed with `seeds:` (`Case.key`)."""
-    return Path(run_dir) / CHECKPOINT_DIR / f"{slug(case_key, 'case')}.pt"
+def case_checkpoint_path(run_dir: str | Path, key: str) -> Path:
+    """Where a case's checkpoint goes; `key` is its case key, its id with its seed under `seeds:`
+    (`dstbench.suite.cases.CaseKey`)."""
+    return Path(run_dir) / CHECKPOINT_DIR / f"{slug(key, 'case')}.pt"
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:

@@ -33,7 +33,7 @@ from dstbench.suite.plan import (
     resume_conflicts, run_line_key, select_cases, setup_changes,
 )
 from dstbench.suite.schema import SuiteConfig
-from dstbench.results.coverage import PlannedCase, record_cases
+from dstbench.results.coverage import record_cases
 from dstbench.results.gate_metrics import unknown_metrics, unknown_text
 from dstbench.measure.environment import finish_collect_env, git_state, start_collect_env
 from dstbench.util.text import clip
@@ -309,10 +309,6 @@ def plan_run(
     )
 
 
-def planned_cases(cases: list[Case]) -> list[PlannedCase]:
-    return [PlannedCase.of(c) for c in cases]
-
-
 def run_suite(
     suite_path: str | Path,
     *,
@@ -343,7 +339,7 @@ def run_suite(
         run_dir = resolve_run_dir(Path(out), suite, suite_path, resume, plan.overrides, lock)
         # Which cases the suite has and which this run was asked for: reports and `check` tell an
         # unfinished run from one that selected fewer cases (dstbench.results.coverage).
-        record_cases(run_dir, planned_cases(plan.all_cases), [c.key for c in cases])
+        record_cases(run_dir, plan.all_cases, [c.key for c in cases])
         set_aside = set_aside_unusable(run_dir) if resume else []
         if set_aside:  # their cases count as not run, so this resume runs them again
             console.print(f"set aside {len(set_aside)} unusable line(s) of results.jsonl (line {clip(', '.join(set_aside), 300)}) "

@@ -2,7 +2,8 @@
 verdicts and the gate's exit code (the command: `dstbench.cli.compare`; its report:
 `dstbench.gates.comparison_text`).
 
-Cases are matched by suite hash, method, density and seed: a sweep's cases by their point's suite
+Cases are matched by suite hash and case key (case id, from method, density and sweep point,
+and seed; `dstbench.gates.sides.SideKey`): a sweep's cases by their point's suite
 hash, so only cases of the same point (or of a run without a sweep at the same settings) are
 compared, and each is judged against its own point's dense; a suite's `seeds:` by seed, each
 against its own seed's dense (a line from before lines named their seed counts as its run's first
@@ -49,7 +50,7 @@ import numpy as np
 from dstbench.util.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dstbench.results.derive import noise_level
 from dstbench.gates.sides import (
-    CompareInputError, Key, Side, case_name, check_thresholds, env_differences, key_order, key_text, protocol_differences,
+    CompareInputError, Side, SideKey, check_thresholds, env_differences, key_order, key_text, protocol_differences,
     several_seeds,
 )
 from dstbench.gates.time_compare import case_basis, is_contended, time_verdicts
@@ -75,7 +76,7 @@ class MemoryVerdict:
 
 @dataclasses.dataclass
 class CaseComparison:
-    key: Key
+    key: SideKey
     baseline_status: str
     current_status: str
     time: TimeVerdict | None = None
@@ -86,7 +87,7 @@ class CaseComparison:
 
     @property
     def case(self) -> str:
-        return key_text(self.key, self.sweep, self.seeded)
+        return key_text(self.key, self.seeded)
 
     def _parts(self, verdict: str) -> list[str]:
         parts = [m.metric for m in self.memory if m.verdict == verdict]
@@ -116,8 +117,8 @@ class Comparison:
     baseline: Side
     current: Side
     cases: list[CaseComparison]
-    only_baseline: list[Key]
-    only_current: list[Key]
+    only_baseline: list[SideKey]
+    only_current: list[SideKey]
     env_differences: list[str]
     settings: dict[str, Any]
     # Top-1 per case over its seeds (`dstbench.gates.top1_compare`); empty where neither run trained.
@@ -127,7 +128,7 @@ class Comparison:
     # How the sides' timing protocols differ (compared only under allow_protocol_change).
     protocol_differences: list[str] = dataclasses.field(default_factory=list)
     # The baseline's lines whose case (method, density, sweep point) the current run has at no seed.
-    absent: list[Key] = dataclasses.field(default_factory=list)
+    absent: list[SideKey] = dataclasses.field(default_factory=list)
     # Each tracker field asked for (`metrics`), per case (`dstbench.gates.field_compare`).
     fields: list[FieldVerdict] = dataclasses.field(default_factory=list)
 
@@ -140,7 +141,7 @@ class Comparison:
         return [v for v in self.fields if v.verdict == "inconclusive"]
 
     @property
-    def missing(self) -> list[Key]:
+    def missing(self) -> list[SideKey]:
         """Cases of the baseline the current run lacks at every seed: a failure unless allowed. (A
         seed missing from a case the current run has is listed, not failed: top-1 says what its
         comparison rests on.)"""
@@ -196,7 +197,7 @@ def compare_memory(metric: str, base: int, cur: int, threshold_pct: float) -> Me
 
 
 def compare_case(
-    key: Key, base: dict[str, Any], cur: dict[str, Any], *, memory_threshold: float, time: TimeVerdict | None,
+    key: SideKey, base: dict[str, Any], cur: dict[str, Any], *, memory_threshold: float, time: TimeVerdict | None,
     memory_only: bool,
 ) -> CaseComparison:
     sweep = base.get("sweep")
@@ -221,7 +222,7 @@ def compare_case(
 
 
 def _hashes(side: Side) -> str:
-    return ", ".join(sorted({k[0] for k in side.cases}))
+    return ", ".join(sorted({k.suite_hash for k in side.cases}))
 
 
 def compare_runs(
@@ -255,7 +256,11 @@ def compare_runs(
             "the runs were timed under different protocols (" + "; ".join(protocol) + "): their times do not "
             "compare; --allow-protocol-change (allow_protocol_change=True) compares them with every time verdict inconclusive"
         )
-    order = sorted(common, key=lambda k: (k[0], -1 if k[3] is None else k[3], -k[2], k[1]))
+    def run_order(k: SideKey) -> tuple[str, int, float, str]:  # by seed, then densest first
+        line = baseline.cases[k]
+        return (k.suite_hash, -1 if k.case.seed is None else k.case.seed, -float(line.get("density") or 0.0), str(line.get("method")))
+
+    order = sorted(common, key=run_order)
     times, own = ({}, {}) if memory_only else time_verdicts(
         baseline, current, order, basis=time_basis, threshold_pct=time_threshold, alpha=alpha,
         protocol_change="; ".join(protocol),
@@ -294,16 +299,16 @@ def compare_runs(
     )
 
 
-def absent_cases(baseline: Side, current: Side, only_baseline: list[Key]) -> list[Key]:
+def absent_cases(baseline: Side, current: Side, only_baseline: list[SideKey]) -> list[SideKey]:
     """The baseline's keys whose case the current run has at no seed: matched by suite hash, method,
     density and sweep point, or without the hash where the setups differ in their seed alone."""
     seedless = setups_differ_in_seed_only(baseline, current)
 
-    def case(side: Side, key: Key) -> tuple[str | None, str]:
-        return (None if seedless else key[0], case_name(key, side.cases[key]))
+    def case(key: SideKey) -> tuple[str | None, str]:
+        return (None if seedless else key.suite_hash, key.case.case_id)
 
-    present = {case(current, k) for k in current.cases}
-    return [k for k in only_baseline if case(baseline, k) not in present]
+    present = {case(k) for k in current.cases}
+    return [k for k in only_baseline if case(k) not in present]
 
 
 def exit_code(comparison: Comparison, strict: bool) -> int:

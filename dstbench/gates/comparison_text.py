@@ -134,7 +134,7 @@ def render(comparison: Comparison, *, strict: bool = False, markdown: bool = Fal
     for label, keys in ((absent, comparison.absent), ("only in baseline, the case run at other seeds (not compared)", other_seeds),
                         ("only in current (not compared)", comparison.only_current)):
         if keys:
-            lines += ["", f"{label}: " + ", ".join(f"{key_text(k, seeded=seeded)} [suite {k[0]}]" for k in keys)]
+            lines += ["", f"{label}: " + ", ".join(f"{key_text(k, seeded=seeded)} [suite {k.suite_hash}]" for k in keys)]
     for shift in comparison.shifts:
         lines += ["", ("" if shift.accepted or not shift.slower else "TIME REFERENCE: ") + shift.text()]
     if comparison.top1:

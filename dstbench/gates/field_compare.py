@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from dstbench.gates.sides import CompareInputError
+from dstbench.gates.sides import CompareInputError, values_by_seed
 from dstbench.gates.top1_compare import beyond_p, change_stats, interval, setups_differ_in_seed_only
 from dstbench.measure.trackers.base import ResultField
 from dstbench.results.gate_metrics import declared_metric, unknown_text
 from dstbench.results.intervals import holm
-from dstbench.suite.cases import case_id
 
 
 @dataclasses.dataclass
@@ -55,20 +54,13 @@ class FieldVerdict:
     unit: str = ""
 
 
-def _values(side: Any, spec: ResultField, seedless: bool) -> tuple[dict[tuple[Any, ...], dict[Any, float]], dict[tuple[Any, ...], tuple[str, str, float]]]:
-    """Each case's numeric values of `spec` by seed (ok lines), and its name, method and density."""
-    found: dict[tuple[Any, ...], dict[Any, float]] = {}
-    names: dict[tuple[Any, ...], tuple[str, str, float]] = {}
-    for (suite_hash, method, density, seed), line in side.cases.items():
-        value = spec.shown(line.get(spec.name))
-        if line.get("status") != "ok" or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            continue
-        sweep = line.get("sweep") if isinstance(line.get("sweep"), dict) else None
-        name = case_id(method, density, sweep)
-        key = (name,) if seedless else (suite_hash, name)
-        found.setdefault(key, {})[seed] = float(value)
-        names[key] = (name, method, float(density))
-    return found, names
+def field_value(spec: ResultField) -> Callable[[dict[str, Any]], float | None]:
+    """A line's numeric value of `spec` as shown (None where it has none)."""
+    def value(line: dict[str, Any]) -> float | None:
+        shown = spec.shown(line.get(spec.name))
+        return float(shown) if isinstance(shown, (int, float)) and not isinstance(shown, bool) and math.isfinite(shown) else None
+
+    return value
 
 
 def _import_plugins(*sides: Any) -> None:
@@ -113,7 +105,7 @@ def compare_field(baseline: Any, current: Any, name: str, *, time_threshold: flo
     if spec is None:
         raise CompareInputError(unknown_text([name], "--metric"))
     seedless = setups_differ_in_seed_only(baseline, current)
-    (base, names), (cur, _) = _values(baseline, spec, seedless), _values(current, spec, seedless)
+    (base, names), (cur, _) = values_by_seed(baseline, field_value(spec), seedless), values_by_seed(current, field_value(spec), seedless)
     pairs = [(key, base[key], cur[key]) for key in base if key in cur]
     unit = spec.shown_unit or ""
     if spec.exact:

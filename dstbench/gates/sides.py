@@ -1,5 +1,5 @@
-"""The two sides of `dstbench compare`: each run folder's lines by (suite hash, method, density,
-seed), how a matched case is named, and the environment each side ran in.
+"""The two sides of `dstbench compare`: each run folder's lines by suite hash and case key (case id
+and seed), how a matched case is named, and the environment each side ran in.
 """
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from dstbench.results.run_folder import RunFolder
 from dstbench.results.run_files import RunDirError, require_results
-from dstbench.suite.cases import case_id, case_key
+from dstbench.suite.cases import CaseKey, case_id
 from dstbench.util.files import RESULTS_FILE
 
 # What makes two runs' figures incomparable: the accelerator (or CPU model), the device type, torch,
@@ -29,7 +29,19 @@ ENV_KEYS = (
 # suite can differ in them, and each run folder's suite.yaml records them.
 PROTOCOL_KEYS = ("processes", "interleave", "round_order", "settle_segments", "hand_over", "segment_steps", "segments")
 
-Key = tuple[str, str, float, int | None]  # suite hash, method, density, seed
+
+
+class SideKey(NamedTuple):
+    """A line's key across runs: its suite hash (cases of other settings never match) beside its
+    case key within the run (case id and seed, `dstbench.suite.cases.CaseKey`)."""
+
+    suite_hash: str
+    case: CaseKey
+
+    def beside(self, other: "SideKey") -> bool:
+        """Whether `other` is of the same suite hash (sweep point) and seed: a case its dense is the
+        reference of."""
+        return self.suite_hash == other.suite_hash and self.case.seed == other.case.seed
 
 
 class CompareInputError(Exception):
@@ -49,45 +61,57 @@ def check_thresholds(time: float, memory: float, top1: float, alpha: float) -> N
 
 @dataclasses.dataclass
 class Side:
-    """One run folder: its metadata and its last result line per (suite hash, method, density, seed)."""
+    """One run folder: its metadata and its last result line per suite hash and case key."""
 
     path: Path
     meta: dict[str, Any]
-    cases: dict[Key, dict[str, Any]]
+    cases: dict[SideKey, dict[str, Any]]
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)  # suite.yaml's `timing`, as the run used it
 
 
-def side_key(line: dict[str, Any], run_seed: int | None = None) -> Key:
-    """A line's key across runs (`Key`): its suite hash beside its case (method, density) and seed,
-    `run_seed` for a line without a seed (its run's first seed). Within a run a line is keyed by
-    `dstbench.suite.cases.line_key`."""
+def side_key(line: dict[str, Any], run_seed: int | None = None) -> SideKey:
+    """A line's key across runs: its suite hash beside its case key, the case id made from its
+    method, density and sweep point, and its seed (`run_seed` for a line without one: its run's first
+    seed)."""
     # Densities are floats written by the same code; rounding guards against 0.1 vs 0.1000000001.
-    seed = line.get("seed")
-    return (
-        str(line.get("suite_hash")), str(line.get("method")), round(float(line.get("density") or 0.0), 6),
-        int(seed) if seed is not None else run_seed,
-    )
+    sweep, seed = line.get("sweep"), line.get("seed")
+    case = case_id(str(line.get("method")), round(float(line.get("density") or 0.0), 6), sweep if isinstance(sweep, dict) else None)
+    return SideKey(str(line.get("suite_hash")), CaseKey(case, int(seed) if seed is not None else run_seed))
 
 
-def key_text(key: Key, sweep: dict[str, Any] | None = None, seeded: bool = False) -> str:
+def key_text(key: SideKey, seeded: bool = False) -> str:
     """A matched case as reports name it: its case id, with its seed where the runs hold several."""
-    return case_key(case_id(key[1], key[2], sweep), key[3] if seeded else None)
+    return key.case if seeded else key.case.case_id
 
 
-def case_name(key: Key, line: dict[str, Any]) -> str:
-    """The case a key's line is of, whatever its seed: its case id with its sweep point."""
-    sweep = line.get("sweep")
-    return case_id(key[1], key[2], sweep if isinstance(sweep, dict) else None)
-
-
-def key_order(key: Key) -> tuple[str, str, float, int]:
+def key_order(key: SideKey) -> tuple[str, str, int]:
     """Sorts keys with and without a seed alike (None first)."""
-    return (key[0], key[1], key[2], -1 if key[3] is None else key[3])
+    return (key.suite_hash, key.case.case_id, -1 if key.case.seed is None else key.case.seed)
+
+
+CaseValues = dict[tuple[str, ...], dict[Any, float]]  # per case: its value by seed
+CaseNames = dict[tuple[str, ...], tuple[str, str, float]]  # per case: its name, method and density
+
+
+def values_by_seed(side: Side, value: Callable[[dict[str, Any]], float | None], seedless: bool) -> tuple[CaseValues, CaseNames]:
+    """Each case's `value` by seed from its ok lines (None: no value), keyed by (suite hash, case id),
+    or by (case id,) where `seedless` (runs whose setups differ in their seed alone: the seed is in
+    the suite hash); and each case's name (with its sweep point), method and density."""
+    found: CaseValues = {}
+    names: CaseNames = {}
+    for key, line in side.cases.items():
+        figure = value(line) if line.get("status") == "ok" else None
+        if figure is None:
+            continue
+        case = (key.case.case_id,) if seedless else (key.suite_hash, key.case.case_id)
+        found.setdefault(case, {})[key.case.seed] = figure
+        names[case] = (key.case.case_id, str(line.get("method")), round(float(line.get("density") or 0.0), 6))
+    return found, names
 
 
 def several_seeds(*sides: Side) -> bool:
     """Whether the sides hold more than one seed between them: names then carry the seed."""
-    return len({k[3] for side in sides for k in side.cases}) > 1
+    return len({k.case.seed for side in sides for k in side.cases}) > 1
 
 
 def load_side(path: str | Path) -> Side:
@@ -101,7 +125,7 @@ def load_side(path: str | Path) -> Side:
         meta = folder.checked_meta()
     except RunDirError as exc:
         raise CompareInputError(str(exc)) from None
-    cases: dict[Key, dict[str, Any]] = {}
+    cases: dict[SideKey, dict[str, Any]] = {}
     run_seed = folder.first_seed()  # what a line without a seed ran with
     for line in folder.lines():
         cases[side_key(line, run_seed)] = line  # a later line for the same case and seed wins, as in the reports

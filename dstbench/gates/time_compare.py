@@ -17,7 +17,7 @@ import numpy as np
 
 from dstbench.measure.trackers.noise import CONTENDED_FRACTION
 from dstbench.results.derive import contended_in_a_group
-from dstbench.gates.sides import Key, Side, one_process_set
+from dstbench.gates.sides import Side, SideKey, one_process_set
 from dstbench.gates.time_rule import DECIDED, TimeVerdict, beyond_p, decide, interval_level
 from dstbench.results.intervals import (
     BetweenProcesses, BetweenSessions, UnitSamples, UnitSummary, holm, interval, judged_units, log_change, paired_units, pool_between,
@@ -29,34 +29,38 @@ from dstbench.results.sessions import assign_sessions, pool_sessions
 TIME_BASES = ("auto", "relative", "absolute")
 
 
-def case_basis(baseline: Side, current: Side, key: Key, requested: str) -> str:
+def case_basis(baseline: Side, current: Side, key: SideKey, requested: str) -> str:
     """The basis a case is judged on: `requested`, or under "auto" relative where both runs timed
     it in rounds beside their dense (dense itself too: the reference, which `time_verdicts` judges on
     its own times), else absolute (lines from runs without interleaving, or without dense)."""
     if requested != "auto":
         return requested
 
-    def pairs(side: Side, case: Key) -> bool:
+    def pairs(side: Side, case: SideKey) -> bool:
         dense = dense_line(side, case)
         return dense is not None and paired_units(side.cases[case], dense, drop_starved=False).paired > 0
 
     if pairs(baseline, key) and pairs(current, key):
         return "relative"
-    is_dense = key[1] == "dense" or baseline.cases[key].get("kind") == "dense"
+    is_dense = is_dense_line(baseline.cases[key])
     # Dense is the reference of the cases gated relative to it; with none, an ordinary absolute case.
-    others = [k for k in baseline.cases if k[0] == key[0] and k[3] == key[3] and k != key and k in current.cases]
+    others = [k for k in baseline.cases if k.beside(key) and k != key and k in current.cases]
     return "relative" if is_dense and any(pairs(baseline, k) and pairs(current, k) for k in others) else "absolute"
 
 
-def dense_line(side: Side, key: Key) -> dict[str, Any] | None:
+def dense_line(side: Side, key: SideKey) -> dict[str, Any] | None:
     """The run's dense line with the same suite hash and seed as `key` (None for dense itself or none)."""
-    for (suite_hash, method, _, seed), line in side.cases.items():
-        if suite_hash == key[0] and seed == key[3] and (line.get("kind") == "dense" or method == "dense"):
+    for other, line in side.cases.items():
+        if other.beside(key) and is_dense_line(line):
             return None if line is side.cases[key] else line
     return None
 
 
-def time_units(side: Side, key: Key, basis: str) -> UnitSamples | None:
+def is_dense_line(line: dict[str, Any]) -> bool:
+    return line.get("kind") == "dense" or line.get("method") == "dense"
+
+
+def time_units(side: Side, key: SideKey, basis: str) -> UnitSamples | None:
     """log(case ms / dense ms) per round (relative) or log(case ms) per segment (absolute), by
     process unit; None where the basis does not apply (dense itself, relative; no dense line)."""
     line = side.cases[key]
@@ -66,7 +70,7 @@ def time_units(side: Side, key: Key, basis: str) -> UnitSamples | None:
     return judged_units(lambda drop: sample_units(line, drop))
 
 
-def case_summary(side: Side, key: Key, basis: str) -> UnitSummary | None:
+def case_summary(side: Side, key: SideKey, basis: str) -> UnitSummary | None:
     """The case's units on this basis (`time_units`), each with its session; None without any."""
     units = time_units(side, key, basis)
     return assign_sessions(summarize(units), side.cases[key]) if units is not None else None
@@ -93,7 +97,7 @@ def side_contended(line: dict[str, Any], units: UnitSamples | None) -> bool:
 
 
 def compare_time(
-    base: Side, cur: Side, key: Key, basis: str, between: tuple[BetweenProcesses, BetweenProcesses], alpha: float,
+    base: Side, cur: Side, key: SideKey, basis: str, between: tuple[BetweenProcesses, BetweenProcesses], alpha: float,
     threshold_pct: float, sessions: BetweenSessions = BetweenSessions(),
 ) -> TimeVerdict | None:
     """The change of a case's time between the runs with its (1 - 2 alpha) interval and the raw p of
@@ -128,9 +132,9 @@ def compare_time(
     return verdict
 
 
-def is_reference(side: Side, key: Key) -> bool:
+def is_reference(side: Side, key: SideKey) -> bool:
     """Dense, the time reference of relative gating (no dense line besides itself)."""
-    return dense_line(side, key) is None and (key[1] == "dense" or side.cases[key].get("kind") == "dense")
+    return dense_line(side, key) is None and is_dense_line(side.cases[key])
 
 
 def is_contended(line: dict[str, Any]) -> bool:
@@ -139,9 +143,9 @@ def is_contended(line: dict[str, Any]) -> bool:
 
 
 def time_verdicts(
-    baseline: Side, current: Side, keys: list[Key], *, basis: str, threshold_pct: float, alpha: float,
+    baseline: Side, current: Side, keys: list[SideKey], *, basis: str, threshold_pct: float, alpha: float,
     protocol_change: str = "",
-) -> tuple[dict[Key, TimeVerdict], dict[Key, float]]:
+) -> tuple[dict[SideKey, TimeVerdict], dict[SideKey, float]]:
     """Every gated case's time verdict, p-values Holm-adjusted over the cases with a test, and each
     case's own change of time (absolute basis, current / baseline) for `reference_shifts`. Under the
     relative basis dense, the reference, is judged on its own times. `protocol_change`: the sides
@@ -149,8 +153,8 @@ def time_verdicts(
     found = {b: spreads([baseline, current], b) for b in ("relative", "absolute")}
     pooled = {b: (between[0], between[1]) for b, (between, _) in found.items()}
     sessions = {b: spread for b, (_, spread) in found.items()}
-    verdicts: dict[Key, TimeVerdict] = {}
-    own: dict[Key, float] = {}
+    verdicts: dict[SideKey, TimeVerdict] = {}
+    own: dict[SideKey, float] = {}
     for key in keys:
         if not baseline.cases[key].get("status") == "ok" == current.cases[key].get("status"):
             continue

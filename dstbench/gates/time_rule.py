@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dstbench.gates.sides import Key
+from dstbench.gates.sides import SideKey
 from dstbench.results.intervals import LogChange
 
 DECIDED = ("regression", "improvement")
@@ -118,7 +118,7 @@ class ReferenceShift:
     same way. Their time relative to dense says nothing here: a case that stayed put is
     "inconclusive" relative to a dense that moved, which must not read as moving with it."""
 
-    key: Key
+    key: SideKey
     case: str  # the reference as reports name it
     verdict: TimeVerdict
     case_ratios: dict[str, float]  # every other case of the group: its own current / baseline time
@@ -170,7 +170,7 @@ class ReferenceShift:
 
 
 def reference_shifts(
-    verdicts: dict[Key, TimeVerdict], own_ratios: dict[Key, float], names: dict[Key, str], accept: bool,
+    verdicts: dict[SideKey, TimeVerdict], own_ratios: dict[SideKey, float], names: dict[SideKey, str], accept: bool,
     threshold_pct: float = 10.0,
 ) -> list[ReferenceShift]:
     """Each reference judged beyond the band, with its group's own changes (`own_ratios`: current /
@@ -182,9 +182,9 @@ def reference_shifts(
     for key, verdict in verdicts.items():
         if not verdict.reference or verdict.verdict not in DECIDED:
             continue
-        group = [k for k in verdicts if k[0] == key[0] and k[3] == key[3] and k != key and verdicts[k].basis == "relative"]
+        group = [k for k in verdicts if k.beside(key) and k != key and verdicts[k].basis == "relative"]
 
-        def moved(k: Key) -> bool:
+        def moved(k: SideKey) -> bool:
             ratio = own_ratios.get(k, math.nan)
             return ratio > high if verdict.ratio > 1.0 else ratio < low
 

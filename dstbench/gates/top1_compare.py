@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from dstbench.gates.sides import values_by_seed
 from dstbench.results.intervals import holm
 from dstbench.results.run_files import setup_without_seed
-from dstbench.suite.cases import case_id
 
 @dataclasses.dataclass
 class Top1Verdict:
@@ -63,23 +63,9 @@ class Top1Verdict:
         return f"unpaired ({len(self.baseline_seeds)} vs {len(self.current_seeds)} seeds)"
 
 
-def _top1_by_seed(side: Any, seedless: bool) -> tuple[dict[tuple[Any, ...], dict[Any, float]], dict[tuple[Any, ...], tuple[str, str, float]]]:
-    """Each case's ok top-1 by seed, from a side's lines keyed (hash, method, density, seed), and each
-    case's name (with its sweep point), method and density. `seedless`: cases keyed by (method, density, point), for runs
-    whose setups differ in their seed alone (the seed is in the suite hash); else by (hash, method,
-    density)."""
-    found: dict[tuple[Any, ...], dict[Any, float]] = {}
-    names: dict[tuple[Any, ...], tuple[str, str, float]] = {}
-    for (suite_hash, method, density, seed), line in side.cases.items():
-        top1 = line.get("top1")
-        if line.get("status") != "ok" or not isinstance(top1, (int, float)) or not math.isfinite(top1):
-            continue
-        sweep = line.get("sweep") if isinstance(line.get("sweep"), dict) else None
-        name = case_id(method, density, sweep)
-        key = (name,) if seedless else (suite_hash, name)
-        found.setdefault(key, {})[seed] = float(top1)
-        names[key] = (name, method, density)
-    return found, names
+def line_top1(line: dict[str, Any]) -> float | None:
+    top1 = line.get("top1")
+    return float(top1) if isinstance(top1, (int, float)) and not isinstance(top1, bool) and math.isfinite(top1) else None
 
 
 def setups_differ_in_seed_only(baseline: Any, current: Any) -> bool:
@@ -161,7 +147,7 @@ def compare_top1(baseline: Any, current: Any, threshold_pp: float = 1.0, alpha: 
     match by suite hash, or, where the runs' setups differ only in their seed (and so in their
     hash), by method, density and point. Intervals are (1 - 2 alpha) ones, as the tests read them."""
     seedless = setups_differ_in_seed_only(baseline, current)
-    (base, names), (cur, _) = _top1_by_seed(baseline, seedless), _top1_by_seed(current, seedless)
+    (base, names), (cur, _) = values_by_seed(baseline, line_top1, seedless), values_by_seed(current, line_top1, seedless)
     found = []
     for key, base_seeds in base.items():
         cur_seeds = cur.get(key)

@@ -13,50 +13,20 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
-from dstbench.suite.cases import Case, case_id, case_key, line_case_id
+from dstbench.suite.cases import Case, CaseKey, line_case_id
 from dstbench.suite.groups import trained_line
 from dstbench.results.record import iter_results
 from dstbench.results.run_files import load_run_meta, stored_suite, update_run_meta
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedCase:
-    """A case of the suite as `run.json` records it."""
-
-    method: str  # the label
-    kind: str
-    density: float
-    sweep: dict[str, Any] | None = None  # its sweep point (dstbench.suite.sweep); None without a sweep
-    seed: int | None = None  # its seed where the suite lists `seeds:` (each seed is a case to run)
-
-    @classmethod
-    def of(cls, case: Case) -> "PlannedCase":
-        """What run.json records of a case of the plan (`dstbench.suite.cases.Case`)."""
-        return cls(case.method, case.kind, case.density, case.sweep, case.seed)
-
-    @property
-    def case_id(self) -> str:
-        return case_id(self.method, self.density, self.sweep)
-
-    @property
-    def key(self) -> str:
-        """The case id, with the seed where the suite lists `seeds:` (as `dstbench.suite.cases.Case.key`)."""
-        return case_key(self.case_id, self.seed)
-
-    def to_dict(self) -> dict[str, Any]:
-        point = {"sweep": self.sweep} if self.sweep is not None else {}
-        seed = {"seed": self.seed} if self.seed is not None else {}
-        return {"case_id": self.case_id, "method": self.method, "kind": self.kind, "density": self.density, **point, **seed}
 
 
 @dataclasses.dataclass
 class Coverage:
     """The cases of one run folder. `planned` is every case of the suite, in run order."""
 
-    planned: list[PlannedCase]
-    # Case keys (`PlannedCase.key`: the case id, with its seed where the suite lists `seeds:`).
-    selected: list[str]  # those the run was asked for (every planned one without a selection)
-    present: list[str]  # those with a result line
+    planned: list[Case]
+    # Case keys (`Case.key`: the case id, with its seed where the suite lists `seeds:`).
+    selected: list[CaseKey]  # those the run was asked for (every planned one without a selection)
+    present: list[CaseKey]  # those with a result line
     # Whether run.json records the selection; a run folder from before it cannot tell a case left
     # out by `--only` from one an interruption never reached.
     recorded: bool = True
@@ -90,7 +60,7 @@ class Coverage:
         return text
 
 
-def record_cases(run_dir: str | Path, planned: Iterable[PlannedCase], selected: Iterable[str], **fields: Any) -> None:
+def record_cases(run_dir: str | Path, planned: Iterable[Case], selected: Iterable[str], **fields: Any) -> None:
     """Write the suite's cases and the selection into `run.json` (with any other `fields`). A run
     resumed with another selection keeps what it was asked for before, too. A damaged run.json is
     a `RunDirError`, never rewritten with its other fields lost."""
@@ -98,30 +68,24 @@ def record_cases(run_dir: str | Path, planned: Iterable[PlannedCase], selected: 
 
     def record(meta: dict[str, Any]) -> None:
         before = [c for c in meta.get("selected") or [] if isinstance(c, str)]
-        meta["cases"] = [p.to_dict() for p in planned]
+        meta["cases"] = [p.to_record() for p in planned]
         meta["selected"] = list(dict.fromkeys([*before, *selected]))
         meta.update(fields)
 
     update_run_meta(run_dir, record)
 
 
-def _from_meta(meta: dict[str, Any]) -> list[PlannedCase] | None:
+def _from_meta(meta: dict[str, Any]) -> list[Case] | None:
     cases = meta.get("cases")
     if not isinstance(cases, list):
         return None
     try:
-        return [
-            PlannedCase(
-                str(c["method"]), str(c["kind"]), float(c["density"]), c["sweep"] if isinstance(c.get("sweep"), dict) else None,
-                int(c["seed"]) if c.get("seed") is not None else None,
-            )
-            for c in cases
-        ]
+        return [Case.from_record(c) for c in cases]
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _from_suite(run_dir: Path, lines: list[dict[str, Any]]) -> list[PlannedCase] | None:
+def _from_suite(run_dir: Path, lines: list[dict[str, Any]]) -> list[Case] | None:
     """The cases of the stored suite, for run folders whose run.json predates `cases`."""
     suite = stored_suite(run_dir)  # {} when unreadable
     try:
@@ -135,7 +99,7 @@ def _from_suite(run_dir: Path, lines: list[dict[str, Any]]) -> list[PlannedCase]
         label = str(spec.get("label") or spec.get("name"))
         kind = kinds.get(label) or _registered_kind(str(spec.get("name")))
         for density in [1.0] if kind == "dense" else densities:
-            planned.append(PlannedCase(label, kind, density))
+            planned.append(Case(label, str(spec.get("name")), kind, density))
     return sorted(planned, key=lambda c: (c.kind != "dense", -c.density))
 
 
@@ -162,17 +126,17 @@ def run_coverage(run_dir: str | Path) -> Coverage | None:
     seeds = [p.seed for p in planned if p.seed is not None]
     if seeds:
         present = list(dict.fromkeys(
-            case_key(line_case_id(line), int(line["seed"]) if line.get("seed") is not None else seeds[0]) for line in lines
+            CaseKey(line_case_id(line), int(line["seed"]) if line.get("seed") is not None else seeds[0]) for line in lines
         ))
     else:
-        present = list(dict.fromkeys(line_case_id(line) for line in lines))
+        present = list(dict.fromkeys(CaseKey(line_case_id(line)) for line in lines))
     selected = meta.get("selected")
     if isinstance(selected, list):
-        selected = [str(c) for c in selected]
+        selected = [CaseKey.parse(c) for c in selected]
         if seeds:
             # Selected by a one-seed run before `seeds:` were added: by case id, the first seed's.
             ids = {p.case_id for p in planned}
-            selected = list(dict.fromkeys(case_key(c, seeds[0]) if c in ids else c for c in selected))
+            selected = list(dict.fromkeys(CaseKey(c, seeds[0]) if c in ids else c for c in selected))
         return Coverage(planned, selected, present)
     # No record of a selection: count the whole suite as asked for.
     return Coverage(planned, [p.key for p in planned], present, recorded=False)

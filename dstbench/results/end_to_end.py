@@ -21,7 +21,7 @@ import pandas as pd
 
 from dstbench.results.intervals import BetweenProcesses, judged_units, pool_between, summarize
 from dstbench.results.target_speedup import paired_step_units, partner_case, speedup_to_target, step_ratio
-from dstbench.results.target_time import CaseKey, case_keys, case_timings
+from dstbench.results.target_time import RunCase, case_keys, case_timings
 
 END_TO_END_COLUMNS = ("speedup_end_to_end", "speedup_end_to_end_ci_low", "speedup_end_to_end_ci_high", "speedup_end_to_end_basis")
 
@@ -52,7 +52,7 @@ def add_end_to_end(derived: pd.DataFrame) -> pd.DataFrame:
         return out
     timings, keys = case_timings(timed), case_keys(timed)
 
-    def partner(key: CaseKey) -> CaseKey | None:
+    def partner(key: RunCase) -> RunCase | None:
         return partner_case(timings, key, reference)
 
     first = {key: timed[keys == key].iloc[0] for key in timings}

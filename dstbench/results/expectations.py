@@ -30,12 +30,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from dstbench.suite.cases import line_case_id
+from dstbench.suite.cases import Case, line_case_id
 from dstbench.suite.schema import SuiteConfig
 from dstbench.suite.schema_sections import METRICS, Expectation
 from dstbench.measure.trackers.base import ResultField
 from dstbench.results.gate_metrics import declared_metric, unknown_metrics, unknown_text
-from dstbench.results.coverage import Coverage, PlannedCase, run_coverage
+from dstbench.results.coverage import Coverage, run_coverage
 from dstbench.util.text import present
 from dstbench.results.derive import DENSITY_TOLERANCE, derive
 from dstbench.results.pooling import pool_seeds
@@ -133,7 +133,7 @@ def _reference_attempted(frame: pd.DataFrame, vs: str, density: float) -> bool:
     return bool(np.isclose(rows["density"].astype(float), density).any())
 
 
-def _planned_partner(coverage: Coverage, vs: str, density: float) -> PlannedCase | None:
+def _planned_partner(coverage: Coverage, vs: str, density: float) -> Case | None:
     """The planned case of `vs` that a case at `density` compares with (a dense one at 1.0)."""
     for case in coverage.planned:
         if case.method == vs and (case.kind == "dense" or np.isclose(case.density, density)):
@@ -165,7 +165,7 @@ def _matching_rows(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Cov
     return rows
 
 
-def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Coverage | None) -> list[PlannedCase]:
+def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Coverage | None) -> list[Case]:
     """Planned cases the expectation covers that have no result line."""
     if coverage is None:
         return []
@@ -185,7 +185,7 @@ def _absent_cases(exp: Expectation, vs: str, frame: pd.DataFrame, coverage: Cove
     return absent
 
 
-def _absent_outcome(exp: Expectation, case: PlannedCase, coverage: Coverage) -> Outcome:
+def _absent_outcome(exp: Expectation, case: Case, coverage: Coverage) -> Outcome:
     if case.key in coverage.unselected:
         return _skipped(exp, case.case_id, "not selected for this run (--only / --density)")
     if not coverage.recorded:

@@ -33,7 +33,7 @@ from dstbench.results.intervals import (
     LEVEL, BetweenProcesses, UnitSamples, interval, judged_units, paired_rounds, pool_between, starved_flags, summarize,
 )
 from dstbench.results.target_time import (
-    TIME_COLUMNS, CaseKey, StepTime, add_target_times, case_keys, case_timings, log_interval, seconds_of, target_time,
+    TIME_COLUMNS, RunCase, StepTime, add_target_times, case_keys, case_timings, log_interval, seconds_of, target_time,
     timing_parts,
 )
 
@@ -98,7 +98,7 @@ def step_ratio(pairs: Sequence[tuple[Any, Any]], between: BetweenProcesses) -> S
     return StepRatio(iv.value, iv.log_se**2, iv.df, f"step-time ratio paired over {iv.covers}")
 
 
-def partner_case(cases: Iterable[CaseKey], key: CaseKey, method: str | None) -> CaseKey | None:
+def partner_case(cases: Iterable[RunCase], key: RunCase, method: str | None) -> RunCase | None:
     """`method`'s case beside `key` among `cases`: at the same density, else its one case at 1.0
     (dense)."""
     run, _, density, point = key
@@ -161,7 +161,7 @@ def _covers(seeds: int, timing: StepTime, updates: float) -> str:
     return "; ".join(parts)
 
 
-def _seed_pairs(derived: pd.DataFrame, keys: pd.Series, other: CaseKey, case: CaseKey) -> list[tuple[Any, Any]]:
+def _seed_pairs(derived: pd.DataFrame, keys: pd.Series, other: RunCase, case: RunCase) -> list[tuple[Any, Any]]:
     """The (other's line, case's line) of every seed both timed, ok."""
     ok = derived["status"] == "ok"
     theirs = {row.get("seed"): row for _, row in derived[(keys == other) & ok].iterrows()}
@@ -185,13 +185,13 @@ def pool_target_times(pooled: pd.DataFrame, derived: pd.DataFrame) -> pd.DataFra
     pooled_keys = case_keys(pooled)
     reference = derived.attrs.get("reference")
 
-    def inputs(key: CaseKey, chosen: list[Any]) -> Inputs | None:
+    def inputs(key: RunCase, chosen: list[Any]) -> Inputs | None:
         per_seed, timing = seeds.get(key), timings.get(key)
         if per_seed is None or timing is None or any(s not in per_seed for s in chosen):
             return None
         return [per_seed[s][0] for s in chosen], [per_seed[s][1] for s in chosen], timing
 
-    def partner(key: CaseKey, method: str | None) -> CaseKey | None:
+    def partner(key: RunCase, method: str | None) -> RunCase | None:
         return partner_case(timings, key, method)
 
     # The paired step ratios' between-process variance, pooled over each run's comparisons.

@@ -239,7 +239,7 @@ def target_time(steps: Sequence[float], updates: Sequence[float], timing: StepTi
 
 # -- frames: each seed's line (`derive`) and each case over its seeds (`pool_seeds`) -------------------
 
-CaseKey = tuple[str, str, float, str]  # run, method, density, sweep point
+RunCase = tuple[str, str, float, str]  # a case of one run in a frame: run, method, density, sweep point (seeds pooled)
 
 
 def case_keys(frame: pd.DataFrame) -> pd.Series:
@@ -248,7 +248,7 @@ def case_keys(frame: pd.DataFrame) -> pd.Series:
                      index=frame.index, dtype=object)
 
 
-def case_timings(derived: pd.DataFrame) -> dict[CaseKey, StepTime | None]:
+def case_timings(derived: pd.DataFrame) -> dict[RunCase, StepTime | None]:
     """Each case's `StepTime` from its timed lines, the between-process variance pooled per run."""
     keys = case_keys(derived)
     between = {run: absolute_between(rows) for run, rows in derived.groupby(derived["run"].astype(str))}

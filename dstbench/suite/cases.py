@@ -8,7 +8,7 @@ A suite expands into its cases in `dstbench.suite.plan.expand_cases`; its sweep 
 
 A suite with `seeds:` runs each case once per seed: the case id stays the same and the seed is a
 field of its own (`Case.seed`, a line's `seed`). What tells such runs apart in a run folder, its
-groups and its files is the case's *key*, `rigl@0.1 seed=1` (`case_key`); without `seeds:` the key
+groups and its files is the case's *key*, `rigl@0.1 seed=1` (`CaseKey`); without `seeds:` the key
 is the case id.
 """
 
@@ -81,20 +81,57 @@ def seed_tag(seed: int | None) -> str:
     return "" if seed is None else f" seed={int(seed)}"
 
 
-def case_key(case_id_: str, seed: int | None = None) -> str:
-    """What tells a case's runs apart in a run folder: its id, with its seed where the suite lists
-    `seeds:` (`rigl@0.1 seed=1`)."""
-    return case_id_ + seed_tag(seed)
+class CaseKey(str):
+    """What tells a case's runs apart within a run folder: its case id, with its seed where the
+    suite lists `seeds:` (`rigl@0.1 seed=1`; without `seeds:` the case id alone).
+
+    A `str` whose text is the key's one written form, because that text is what run.json's
+    `selected`, group ids, checkpoint and progress file names and frames hold; its parts are
+    `case_id` and `seed`, and `parse` reads them back from the text. Across runs `compare` keys a
+    line by a CaseKey beside its suite hash (`dstbench.gates.sides.SideKey`).
+    """
+
+    case_id: str
+    seed: int | None
+
+    def __new__(cls, case_id_: str, seed: int | None = None) -> "CaseKey":
+        key = super().__new__(cls, str(case_id_) + seed_tag(seed))
+        key.case_id = str(case_id_)
+        key.seed = None if seed is None else int(seed)
+        return key
+
+    def __getnewargs__(self) -> tuple[str, int | None]:  # pickles (and copies) by its parts, not its text
+        return (self.case_id, self.seed)
+
+    def __repr__(self) -> str:
+        return f"CaseKey({self.case_id!r}, {self.seed!r})"
+
+    @classmethod
+    def parse(cls, text: str) -> "CaseKey":
+        """The key a text names (`str(key)` read back): `rigl@0.1 seed=1` -> ("rigl@0.1", 1)."""
+        head, sep, tail = str(text).rpartition(SEED_SEPARATOR)
+        if sep and tail.lstrip("-").isdigit():
+            return cls(head, int(tail))
+        return cls(str(text))
+
+    def unseeded(self) -> "CaseKey":
+        """The key without its seed: the case whatever seed it ran with."""
+        return CaseKey(self.case_id)
 
 
-def line_key(line: Any, seeded: bool = True) -> str:
-    """The key of a result line (a mapping or a row): its case id, with its `seed` where it has
-    one and `seeded` (a reader of a suite without `seeds:` passes False)."""
+SEED_SEPARATOR = " seed="
+
+
+def line_key(line: Any, seeded: bool = True, unseeded_as: int | None = None) -> CaseKey:
+    """The key of a result line (a mapping or a row): its case id, with its `seed` where `seeded`
+    (a reader of a suite without `seeds:` passes False); a line without a seed (written before
+    lines named theirs) counts as `unseeded_as`, its run's first seed."""
     seed = line.get("seed")
-    return case_key(str(line.get("case_id") or line_case_id(line)), int(seed) if seeded and seed is not None else None)
+    seed = int(seed) if seed is not None else unseeded_as
+    return CaseKey(str(line.get("case_id") or line_case_id(line)), seed if seeded else None)
 
 
-def line_keys(lines: Iterable[Any], seeded: bool | None = None) -> list[str]:
+def line_keys(lines: Iterable[Any], seeded: bool | None = None) -> list[CaseKey]:
     """Each line's key (`line_key`), in order: with its seed where `seeded`, by default where the
     lines hold more than one seed (a one-seed run's cases are named by their ids alone)."""
     lines = list(lines)
@@ -123,9 +160,9 @@ class Case:
         return case_id(self.method, self.density, self.sweep)
 
     @property
-    def key(self) -> str:
-        """The case id, with the seed where the suite lists `seeds:` (`case_key`)."""
-        return case_key(self.case_id, self.seed)
+    def key(self) -> CaseKey:
+        """The case id, with the seed where the suite lists `seeds:`."""
+        return CaseKey(self.case_id, self.seed)
 
     def run_seed(self, suite_seed: int) -> int:
         """The seed this case trains with: its own, else the suite's."""
@@ -146,3 +183,23 @@ class Case:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Case":
         return cls(**data)
+
+    def to_record(self) -> dict[str, Any]:
+        """The case as run.json's `cases` records it: its id, label, registered method, kind and
+        density, and its sweep point and seed where it has them (its parameters are in suite.yaml)."""
+        point = {"sweep": self.sweep} if self.sweep is not None else {}
+        seed = {"seed": self.seed} if self.seed is not None else {}
+        return {"case_id": self.case_id, "method": self.method, "method_name": self.method_name, "kind": self.kind,
+                "density": self.density, **point, **seed}
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> "Case":
+        """A case from its run.json record (`to_record`; a record from before `method_name` was
+        written names the label alone). Raises KeyError, TypeError or ValueError on a damaged one."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a case record is a mapping, not {type(data).__name__}")
+        sweep = data.get("sweep")
+        return cls(
+            str(data["method"]), str(data.get("method_name") or data["method"]), str(data["kind"]), float(data["density"]),
+            sweep=sweep if isinstance(sweep, dict) else None, seed=int(data["seed"]) if data.get("seed") is not None else None,
+        )

@@ -48,7 +48,7 @@ class Group:
 
 
 def base_key(group_id: str) -> str:
-    """The planned group a group id belongs to: "d=0.1" for "d=0.1|barter#5f3a", "d=0.1#9c1e"."""
+    """The planned group's key a group id belongs to: "d=0.1" for "d=0.1|barter#5f3a", "d=0.1#9c1e"."""
     head = group_id.split("|", 1)[0] if group_id.startswith("d=") else group_id
     return head.rsplit("#", 1)[0] if "#" in head else head
 
@@ -72,6 +72,7 @@ def new_group_id(key: str) -> str:
 
 
 def density_key(density: float, point: str = "", seed: int | None = None) -> str:
+    """A density's group key, `d=0.1[point] seed=1` (a group's, not a case's: `CaseKey` keys cases)."""
     # As case ids do: `:g` would put 0.5 and 0.5000001 in one group.
     return f"d={density_text(density)}" + (f"[{point}]" if point else "") + seed_tag(seed)
 

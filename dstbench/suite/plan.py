@@ -19,11 +19,12 @@ the launcher what it can do, and hands both here (`make_plan`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Any, Callable
 
-from dstbench.suite.cases import Case, case_key, line_key
+from dstbench.suite.cases import Case, CaseKey, line_key
 from dstbench.suite.groups import Group, by_point, group_done, plan_groups, shared_cases, trained_line
 from dstbench.suite.loading import SuiteError
 from dstbench.suite.schema import SuiteConfig
@@ -74,13 +75,11 @@ def expand_cases(suite: SuiteConfig, only: list[str] | None = None, densities: l
     ]
 
 
-def run_line_key(suite: SuiteConfig) -> Callable[[dict[str, Any]], str]:
-    """How a run of `suite` keys its folder's lines, as its cases are keyed (`Case.key`): by case
-    id, and with `seeds:` by seed too, a line without one (written before lines named their seed)
-    counting as the suite's first seed."""
-    if suite.seeds is None:
-        return lambda line: line_key(line, seeded=False)
-    return lambda line: case_key(line_key(line, seeded=False), int(line["seed"]) if line.get("seed") is not None else suite.seed)
+def run_line_key(suite: SuiteConfig) -> Callable[[dict[str, Any]], CaseKey]:
+    """How a run of `suite` keys its folder's lines, as its cases are keyed (`Case.key`): `line_key`
+    by case id, and with `seeds:` by seed too, a line without one (written before lines named their
+    seed) counting as the suite's first seed."""
+    return functools.partial(line_key, seeded=suite.seeds is not None, unseeded_as=suite.seed)
 
 
 def point_suite(suite: SuiteConfig, case: Case) -> SuiteConfig:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from dstbench.results.coverage import PlannedCase
+from dstbench.suite.cases import Case
 
 from tests.conftest import micro_suite
 
@@ -89,10 +89,10 @@ def write_run(run_dir: Path, lines: list[dict[str, Any]], suite: dict[str, Any] 
             "created": "2026-01-01T00:00:00+00:00", "commit": "abc123", "dirty": False}
     # As a run of exactly these cases records them (`dstbench.results.coverage.record_cases`), so
     # `check` judges the lines, not the suite's other cases.
-    planned = [PlannedCase(str(x["method"]), str(x.get("kind") or "masked"), float(x["density"]),
-                           x["sweep"] if isinstance(x.get("sweep"), dict) else None,
-                           int(x["seed"]) if isinstance(x.get("seed"), int) else None) for x in lines if "method" in x and "density" in x]
-    meta["cases"] = [p.to_dict() for p in planned]
+    planned = [Case(str(x["method"]), str(x["method"]), str(x.get("kind") or "masked"), float(x["density"]),
+                    x["sweep"] if isinstance(x.get("sweep"), dict) else None,
+                    int(x["seed"]) if isinstance(x.get("seed"), int) else None) for x in lines if "method" in x and "density" in x]
+    meta["cases"] = [p.to_record() for p in planned]
     meta["selected"] = list(dict.fromkeys(p.key for p in planned))
     (run_dir / "run.json").write_text(json.dumps(meta))
     (run_dir / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))

@@ -237,7 +237,7 @@ def test_relative_basis_still_sees_a_slowdown_of_the_case_alone(tmp_path: Path) 
 def test_case_basis_under_auto(tmp_path: Path) -> None:
     base, cur = _pair(tmp_path, *_shifted_runs())
     baseline, current = load_side(base), load_side(cur)
-    keys = {k[1]: k for k in baseline.cases}
+    keys = {v["method"]: k for k, v in baseline.cases.items()}
     assert case_basis(baseline, current, keys["rigl"], "auto") == "relative"
     assert case_basis(baseline, current, keys["dense"], "auto") == "relative"  # dense: the reference
     assert case_basis(baseline, current, keys["rigl"], "absolute") == "absolute"
@@ -274,7 +274,7 @@ def test_process_offsets_widen_the_interval(tmp_path: Path) -> None:
     # Judged within the processes alone, the offset baseline's rounds are tight: the between-process
     # part is what widens the interval.
     baseline = load_side(tmp_path / "offsets" / "base")
-    lines = {k[1]: v for k, v in baseline.cases.items()}
+    lines = {v["method"]: v for v in baseline.cases.values()}
     summary = summarize(paired_units(lines["rigl"], lines["dense"]))
     within = interval(summary, BetweenProcesses())
     assert within.high / within.low < 1.02 and within.covers.endswith("within one process")

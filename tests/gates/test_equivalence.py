@@ -224,7 +224,7 @@ def test_a_case_removed_from_the_current_run_fails(tmp_path: Path, capsys: pytes
     assert code == 1 and "barter@0.5 (missing from the current run)" in out
     assert run_compare(capsys, str(QUIET_RUN), fewer, "--allow-missing")[0] == 0
     comparison = compare_runs(load_side(QUIET_RUN), load_side(fewer))
-    assert [k[1] for k in comparison.missing] == ["barter"]
+    assert [k.case.case_id for k in comparison.missing] == ["barter@0.5"]
     api = dstbench.compare(QUIET_RUN, fewer)
     assert api.missing == ["barter@0.5"] and not api.passed and api.exit_code == 1
     assert dstbench.compare(QUIET_RUN, fewer, allow_missing=True).passed

@@ -203,10 +203,10 @@ def test_dstbench_check_of_unusable_run_exits_2(tmp_path: Path, capsys: pytest.C
 
 # -- cases left out of a run (--only, --density) and runs that did not finish ----------------------
 def _planned() -> list:
-    from dstbench.results.coverage import PlannedCase
+    from dstbench.suite.cases import Case
 
-    return [PlannedCase("dense", "dense", 1.0)] + [
-        PlannedCase(m, "masked", d) for d in (0.5, 0.1) for m in ("rigl", "barter", "set")
+    return [Case("dense", "dense", "dense", 1.0)] + [
+        Case(m, m, "masked", d) for d in (0.5, 0.1) for m in ("rigl", "barter", "set")
     ]
 
 

@@ -12,15 +12,14 @@ import pytest
 from dstbench.gates.compare import compare_runs, exit_code
 from dstbench.gates.comparison_text import render
 from dstbench.gates.field_compare import compare_field
-from dstbench.gates.sides import CompareInputError, Side
+from dstbench.gates.sides import CompareInputError, Side, side_key
 
 
 def side(values: dict[int, dict[str, Any]], method: str = "rigl") -> Side:
     """One case (rigl@0.5) at the given seeds, each line's fields as given."""
-    cases = {("h", method, 0.5, seed): {"status": "ok", "method": method, "density": 0.5, "seed": seed, "params": {},
-                                         "suite_hash": "h", **fields}
-             for seed, fields in values.items()}
-    return Side(Path("run"), {}, cases)
+    lines = [{"status": "ok", "method": method, "density": 0.5, "seed": seed, "params": {}, "suite_hash": "h", **fields}
+             for seed, fields in values.items()]
+    return Side(Path("run"), {}, {side_key(line): line for line in lines})
 
 
 def verdict(name: str, base: dict[int, dict[str, Any]], cur: dict[int, dict[str, Any]], **kw: Any) -> Any:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dstbench.results.coverage import PlannedCase, record_cases, run_coverage
+from dstbench.results.coverage import record_cases, run_coverage
+from dstbench.suite.cases import Case
 from dstbench.results.derive import derive, load_frame
 from dstbench.report.html import build_page, render_html, render_markdown
 from dstbench.report.publish import publish
@@ -17,7 +18,7 @@ SUITE = {"name": "synthetic", "reference": "rigl", "densities": [0.5, 0.1],
          "methods": ["dense", "rigl", "barter"],
          "expect": [{"metric": "speedup", "method": "barter", "vs": "rigl", "min": 1.3},
                     {"metric": "density_achieved", "method": "*", "tolerance": 0.01}]}
-PLANNED = [PlannedCase("dense", "dense", 1.0)] + [PlannedCase(m, k, d) for d in (0.5, 0.1) for m, k in (("rigl", "masked"), ("barter", "compact"))]
+PLANNED = [Case("dense", "dense", "dense", 1.0)] + [Case(m, m, k, d) for d in (0.5, 0.1) for m, k in (("rigl", "masked"), ("barter", "compact"))]
 
 
 def _run(tmp_path: Path, name: str, drop: set[str], selected: list[str]) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dstbench.suite.cases import case_key, line_key, line_keys
+from dstbench.suite.cases import CaseKey, line_key, line_keys
 from dstbench.suite.loading import SuiteError, load_suite, parse_suite
 from dstbench.suite.plan import expand_cases, resume_conflicts, run_line_key, timing_groups
 from tests.conftest import micro_suite
@@ -145,4 +145,20 @@ def test_lines_are_keyed_by_case_and_seed() -> None:
     assert [key(line) for line in lines] == ["rigl@0.5 seed=4", "rigl@0.5 seed=0", "rigl@0.5 seed=1"]
     plain = run_line_key(parse_suite(micro_suite()))
     assert {plain(line) for line in lines} == {"rigl@0.5"}
-    assert case_key("rigl@0.5", None) == "rigl@0.5"
+    assert CaseKey("rigl@0.5", None) == "rigl@0.5"
+
+
+def test_a_case_key_is_its_text_and_reads_back() -> None:
+    import copy
+    import json
+    import pickle
+
+    key = CaseKey("rigl@0.1[embed_dim=192,num_heads=3]", 2)
+    assert key == "rigl@0.1[embed_dim=192,num_heads=3] seed=2" and (key.case_id, key.seed) == ("rigl@0.1[embed_dim=192,num_heads=3]", 2)
+    for text in (str(key), "dense@1", "x seed=y@0.5"):  # run.json holds the text; parse gives the parts back
+        back = CaseKey.parse(text)
+        assert back == text and CaseKey(back.case_id, back.seed) == text
+    assert CaseKey.parse(str(key)).seed == 2 and CaseKey.parse("dense@1").seed is None
+    for same in (pickle.loads(pickle.dumps(key)), copy.deepcopy(key)):
+        assert (same, same.case_id, same.seed, type(same)) == (key, key.case_id, key.seed, CaseKey)
+    assert json.loads(json.dumps({key: [key]})) == {str(key): [str(key)]} and key.unseeded() == key.case_id
