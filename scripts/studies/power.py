@@ -167,7 +167,7 @@ def verdicts(root: Path, record: dict[str, Any]) -> dict[str, dict[str, Any]]:
         comparison = compare_runs(base, side, time_threshold=float(record.get("threshold", 10.0)))
         planted = next(c for c in comparison.cases if c.case == PLANTED).time
         assert planted is not None
-        line = next(x for k, x in side.cases.items() if k[1] == "set")
+        line = next(x for x in side.cases.values() if x.get("method") == "set")
         units = set(zip(line.get("segment_group") or [], line.get("segment_process") or []))  # (group, set) pairs
         out[state] = {
             "verdict": planted.verdict, "ratio": round(planted.ratio, 4), "ci": [round(planted.ci_low, 4), round(planted.ci_high, 4)],
