@@ -8,9 +8,11 @@
 # dependencies) comes as wheels in --wheels (default .whl/, README "GPU check" says how to fill it).
 # dstbench itself is installed without resolving dependencies.
 #
-# Steps, each under what is left of --budget (default 540 s, inside 9 minutes; a step that would
-# start with under 30 s left is skipped, and a running one is stopped with SIGTERM, which dstbench
-# handles as Ctrl-C: finished cases are kept):
+# Steps, each under what is left of --budget (default 420 s, which with a GPU machine's start-up fits a
+# 15-minute device allowance; a step that would start with under 30 s left is skipped, and a running
+# one is stopped with SIGTERM, which dstbench handles as Ctrl-C: finished cases are kept). Each step
+# keeps a share of the budget for the steps after it (`share`), so the shares scale with --budget
+# and a step that ends early leaves its time to the next:
 #   1. the environment: GPU, driver, torch, CUDA;
 #   2. one 2:4 forward and backward (execution semi_structured's layer) at ViT-Small shapes (width
 #      384, FFN 1536, 65 tokens, batch 64) in bf16 against the dense product, pass or fail per
@@ -19,20 +21,25 @@
 #   3. the CUDA-only tests (`pytest -m cuda`);
 #   4. a shortened l40_vit: every method at densities 0.1 and 0.5, fewer and shorter segments, with
 #      its HTML and Markdown reports;
-#   5. a profile of rigl and barter at 0.1, with the CUDA memory snapshot.
+#   5. a profile of rigl and barter at 0.1, with the CUDA memory snapshot;
+#   6. torch.compile's effect: dense and rigl at 0.5, eager and compiled, one run (a sweep over
+#      `compile`), as timed as step 4.
 # Everything lands in --out (default $OUT when set, else gpu_check_out/): gpu_check.log, env.txt,
-# the reports, and gpu_check.tar.gz holding the run folders (traces and snapshots included), so
-# a host that returns only a few files still returns everything.
+# the reports, each run folder's results.jsonl, run.json and suite.yaml on their own under
+# run_folders/ (what reports and `compare` read), and gpu_check.tar.gz holding the whole run folders
+# (traces and snapshots too, as long as it stays under 15 MiB: a host returns files up to 16 MiB;
+# over that, snapshots and then traces are left out of it, and the log says so).
 #
 # --cpu: the same steps on the CPU with a micro model, seconds each: CI runs it
 # (tests/scripts/test_gpu_check.py) so that this script cannot rot between GPU checks. The 2:4
-# check runs there too, outside the budget, and skips itself at once (no CUDA).
+# check runs there too, outside the budget, and skips itself at once (no CUDA); torch.compile uses
+# the aot_eager backend there (traced, no code generated: seconds instead of minutes).
 set -uo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-gpu_check_out}"
 wheels="$repo/.whl"
-budget=540
+budget=420
 cpu=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +47,7 @@ while [ $# -gt 0 ]; do
     --wheels) wheels="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --cpu) cpu=1; shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +68,8 @@ failed=0
 
 say() { printf '\n== %s (%ss left)\n' "$1" "$(remaining)"; }
 remaining() { echo $((budget - ($(date +%s) - start))); }
+# share PERCENT: that part of the budget, in whole seconds (what a step keeps for the steps after it).
+share() { echo $((budget * $1 / 100)); }
 
 # run_step NAME RESERVE COMMAND...: run COMMAND with what is left of the budget minus RESERVE (time
 # kept for the steps after it); skip it when under 30 s would be left.
@@ -72,13 +81,14 @@ run_step() {
     echo "skipped: ${limit}s of the budget would be left for it"
     steps+=("$name: skipped (budget)"); failed=1; return
   fi
+  local began=$(date +%s)
   timeout --signal=TERM --kill-after=20 "$limit" "$@"
-  local code=$?
+  local code=$? took=$(( $(date +%s) - began ))
   case "$code" in
-    0) steps+=("$name: ok") ;;
+    0) steps+=("$name: ok (${took}s of ${limit}s)") ;;
     77) steps+=("$name: skipped (cannot run on this host, see its output)") ;;  # not a failure
     124|143) steps+=("$name: stopped at the budget (${limit}s)"); failed=1 ;;
-    *) steps+=("$name: exit $code"); failed=1 ;;
+    *) steps+=("$name: exit $code (after ${took}s)"); failed=1 ;;
   esac
 }
 
@@ -135,6 +145,7 @@ if [ "$cpu" = 1 ]; then
          --set "methods=[dense, static, {name: rigl, params: {delta_t: 4}}, {name: rigl, label: rigl_csr, params: {delta_t: 4, execution: csr}}, small_dense, {name: barter, params: {delta_t: 4}}]")
   timing=(--set timing.warmup_steps=2 --set timing.segment_steps=2 --set timing.segments=3 --set timing.total_steps=40)
   profile_steps=(--set profile.steps=2 --set profile.max_advance_steps=10)
+  compiled="{enabled: true, backend: aot_eager}"
 else
   device=cuda
   shape=()
@@ -142,6 +153,7 @@ else
   # falls inside the timed segments, as it does in the full suite.
   timing=(--set timing.warmup_steps=10 --set timing.segment_steps=20 --set timing.segments=6 --set timing.total_steps=1000)
   profile_steps=()
+  compiled="true"
 fi
 
 # -- 2. one 2:4 forward and backward at ViT-Small shapes -------------------------------------------
@@ -220,27 +232,51 @@ if [ "$cpu" = 1 ]; then
     *) steps+=("$two_four_name: exit $code"); failed=1 ;;
   esac
 else
-  run_step "$two_four_name" 420 "$python" -c "$two_four_check"
+  run_step "$two_four_name" "$(share 80)" "$python" -c "$two_four_check"
 fi
 
 # -- 3. CUDA-only tests ----------------------------------------------------------------------------
 # On the CPU these skip: the step proves they are collected and selected.
-run_step "CUDA-only tests" 360 "$python" -m pytest -q -m cuda -p no:cacheprovider tests
+run_step "CUDA-only tests" "$(share 62)" "$python" -m pytest -q -m cuda -p no:cacheprovider tests
 
 # -- 4. shortened l40_vit --------------------------------------------------------------------------
 # At the suite's own width only (its width sweep is the full run's, three times as long).
 one_point=(--set "sweep={}")
-run_step "l40_vit at 0.1 and 0.5" 120 "$python" -m dstbench run suites/l40_vit.yaml --density 0.1 0.5 \
+run_step "l40_vit at 0.1 and 0.5" "$(share 26)" "$python" -m dstbench run suites/l40_vit.yaml --density 0.1 0.5 \
   "${one_point[@]}" "${shape[@]}" "${timing[@]}" --out "$work/runs" --html "$out/l40_vit_short.html" --markdown "$out/l40_vit_short.md"
 
 # -- 5. profile of rigl and barter at 0.1 ----------------------------------------------------------
-run_step "profile rigl, barter at 0.1" 15 "$python" -m dstbench profile suites/l40_vit.yaml --only rigl barter --density 0.1 \
+run_step "profile rigl, barter at 0.1" "$(share 14)" "$python" -m dstbench profile suites/l40_vit.yaml --only rigl barter --density 0.1 \
   "${one_point[@]}" "${shape[@]}" "${timing[@]}" "${profile_steps[@]}" --out "$work/profile"
+
+# -- 6. torch.compile's effect ---------------------------------------------------------------------
+# Eager and compiled in one run: a sweep over `compile` (each point its own group, eager first), so
+# the report and `Run.frame()` hold both points' step times, timed as step 4 times its cases.
+run_step "torch.compile: dense, rigl at 0.5" 8 "$python" -m dstbench run suites/l40_vit.yaml --only dense rigl --density 0.5 \
+  --set "sweep={compile: [false, $compiled]}" "${shape[@]}" "${timing[@]}" --out "$work/compile" --markdown "$out/compile_short.md"
 
 # -- pack ------------------------------------------------------------------------------------------
 say "pack"
 rm -rf "$work/site"
-tar -czf "$out/gpu_check.tar.gz" -C "$work" . && echo "run folders: $out/gpu_check.tar.gz ($(du -h "$out/gpu_check.tar.gz" | cut -f1))"
+# Each run folder's results, run.json and suite.yaml on their own: what a report and `compare` read,
+# back from any host whatever the tarball's size.
+find "$work" -name results.jsonl | sort | while read -r results; do
+  folder="$(dirname "$results")" && rel="${folder#"$work"/}"
+  mkdir -p "$out/run_folders/$rel"
+  for name in results.jsonl run.json suite.yaml; do
+    [ -f "$folder/$name" ] && cp "$folder/$name" "$out/run_folders/$rel/"
+  done
+done
+[ -d "$out/run_folders" ] && echo "run folders' results, run.json and suite.yaml: $out/run_folders ($(find "$out/run_folders" -name results.jsonl | wc -l) run folders)"
+# The whole run folders, under the 16 MiB a host returns: snapshots, then traces, left out when over.
+limit_bytes=$((15 * 1024 * 1024))
+left_out=()
+for leave in "" "*.memory.pickle" "*.trace.json.gz"; do
+  [ -n "$leave" ] && left_out+=(--exclude="$leave")
+  tar -czf "$out/gpu_check.tar.gz" "${left_out[@]}" -C "$work" . || break
+  [ "$(stat -c %s "$out/gpu_check.tar.gz")" -le "$limit_bytes" ] && break
+done
+echo "run folders: $out/gpu_check.tar.gz ($(du -h "$out/gpu_check.tar.gz" | cut -f1))${left_out[*]:+, left out to stay under 15 MiB: ${left_out[*]}}"
 rm -rf "$work"
 
 printf '\n== summary (device %s, %ss of %ss used)\n' "$device" "$(( $(date +%s) - start ))" "$budget"

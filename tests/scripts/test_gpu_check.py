@@ -27,14 +27,15 @@ def _lines(archive: tarfile.TarFile, folder: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("gpu_check")
-    return _run(out, "--budget", "500"), out
+    return _run(out, "--budget", "420"), out
 
 
 @pytest.mark.slow
 def test_every_step_runs_on_the_cpu(dry_run: tuple[subprocess.CompletedProcess, Path]) -> None:
     proc, out = dry_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for step in ("CUDA-only tests: ok", "l40_vit at 0.1 and 0.5: ok", "profile rigl, barter at 0.1: ok"):
+    for step in ("CUDA-only tests: ok", "l40_vit at 0.1 and 0.5: ok", "profile rigl, barter at 0.1: ok",
+                 "torch.compile: dense, rigl at 0.5: ok"):
         assert step in proc.stdout
     assert "torch sees no CUDA device" in (out / "env.txt").read_text()
     assert (out / "gpu_check.log").read_text().endswith(proc.stdout[-200:])
@@ -55,11 +56,24 @@ def test_the_outputs_hold_the_runs_reports_and_profiles(dry_run: tuple[subproces
     assert all(r["status"] == "ok" and r["device"] == "cpu" for r in runs)
     assert {r["method"] for r in profiles} == {"rigl", "barter"} and all(r["profile"] for r in profiles)
     assert len(traces) == 2
+    # Each run folder's results, run.json and suite.yaml also on their own, outside the tarball.
+    folders = sorted(path.parent for path in (out / "run_folders").rglob("results.jsonl"))
+    assert [f.relative_to(out / "run_folders").parts[0] for f in folders] == ["compile", "profile", "runs"]
+    assert all({p.name for p in f.iterdir()} == {"results.jsonl", "run.json", "suite.yaml"} for f in folders)
+
+
+@pytest.mark.slow
+def test_the_compile_step_times_eager_and_compiled_in_one_run(dry_run: tuple[subprocess.CompletedProcess, Path]) -> None:
+    _, out = dry_run
+    [results] = (out / "run_folders" / "compile").rglob("results.jsonl")
+    lines = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    compiled = {(r["method"], bool((r.get("sweep") or {}).get("compile"))) for r in lines if r["status"] == "ok"}
+    assert compiled == {("dense", False), ("rigl", False), ("dense", True), ("rigl", True)}
 
 
 @pytest.mark.slow
 def test_a_spent_budget_skips_the_steps_and_still_packs(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--budget", "25", timeout=120)
     assert proc.returncode == 1
-    assert proc.stdout.count("skipped (budget)") == 3
+    assert proc.stdout.count("skipped (budget)") == 4
     assert (tmp_path / "gpu_check.tar.gz").exists() and (tmp_path / "gpu_check.log").exists()
