@@ -24,7 +24,7 @@ initialisation and reads one batch's gradient; ties are broken by a seeded rando
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -59,7 +59,9 @@ class SRigL(MaskedMethod):
     weight per live neuron: at most 0.002 absolute density on ViT-Small (41,472 rows over 21.2M
     prunable weights; up to 2% relative at d=0.1), 0.006 on the smoke model (width 128, 4 blocks:
     4,608 rows over 786,432; up to 6% relative at d=0.1). `result_extras` gives each layer's fan-in
-    and live neurons. Executions: masked and csr (the structure is only ever a mask).
+    and live neurons. Executions: masked, csr, and `condensed`, the authors' representation: each
+    linear's active weights as `[live, k]` values and input indices, computed by a gather and a
+    batched dense product (`dstbench.dst.masked.condensed`), resized when neurons are ablated.
 
     On a convolution (out, in, kh, kw) a neuron is an output channel: its fan-in counts its filter's
     `in x kh x kw` inputs, and ablation removes the channel's whole filter.
@@ -73,12 +75,13 @@ class SRigL(MaskedMethod):
     class Params(DropGrowParams):
         gamma_sal: float = 0.3  # a neuron with fewer than gamma_sal * k0 salient weights is ablated (0: never)
 
+        # A constant fan-in per neuron: stored condensed, or masked, or as CSR; 2:4 sparsity cannot hold one.
+        executions: ClassVar[tuple[str, ...]] = ("masked", "csr", "condensed")
+
         def __post_init__(self) -> None:
             super().__post_init__()
             if not 0.0 <= self.gamma_sal <= 1.0:
                 raise ValueError(f"gamma_sal must be in [0, 1], got {self.gamma_sal}")
-            if self.execution == "semi_structured":
-                raise ValueError("srigl holds a constant fan-in per neuron, which 2:4 sparsity cannot; use execution masked or csr")
 
     update_replaces_step = True
     prune = Magnitude()

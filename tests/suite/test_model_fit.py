@@ -45,6 +45,14 @@ def test_methods_that_cannot_train_the_model_are_refused_naming_method_and_model
     parse_suite(micro_suite(model={"name": "swin_tiny_patch4_window7_224", "num_classes": 7}, methods=["chase"], densities=[0.1]))  # its Mlps
 
 
+def test_condensed_execution_is_refused_off_constant_fan_in_and_on_convolutions() -> None:
+    parse_suite(micro_suite(methods=[{"name": "srigl", "params": {"execution": "condensed"}}]))
+    rigl = refused(micro_suite(methods=[{"name": "rigl", "params": {"execution": "condensed"}}]))
+    assert "execution condensed stores the same fan-in in every live neuron" in rigl
+    conv = refused(resnet_suite([{"name": "srigl", "params": {"execution": "condensed"}}]))
+    assert "execution condensed computes linear (2-D) weights only" in conv
+
+
 def test_model_keys_are_checked_naming_the_key() -> None:
     assert "model: cannot build 'resnet_17'" in refused(micro_suite(model={"name": "resnet_17"}))
     vit = refused(micro_suite(model={"name": "vit_tiny_patch16_224", "input_size": [3, 32, 32]}))

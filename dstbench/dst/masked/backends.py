@@ -4,9 +4,12 @@
     csr              only the active weights, CSR kernels on the CPU and CUDA (`dstbench.dst.masked.csr`)
     semi_structured  transposable 2:4 masks, cuSPARSELt 2:4 kernels on CUDA at density 0.5,
                      fp16/bf16 (`dstbench.dst.masked.semi_structured`; untested on hardware here)
+    condensed        a constant fan-in stored as `[live, k]` values and input indices, a gather
+                     and a batched dense product (`dstbench.dst.masked.condensed`; SRigL only)
 
-Every masked method (SET, RigL, MEST, Chase, and any `MaskedMethod` subclass) gets them alike:
-its topology update is written against the mask set's interface and never sees which one runs.
+Every masked method (SET, RigL, MEST, Chase, and any `MaskedMethod` subclass) gets them alike
+(condensed only where the method keeps a constant fan-in: its `Params.executions`): its topology
+update is written against the mask set's interface and never sees which one runs.
 `MaskedMethod` talks to its backend through five members:
 
     mask_set_class                       the `MaskSet` class built over the prunable weights
@@ -21,8 +24,9 @@ its topology update is written against the mask set's interface and never sees w
                                          run in (csr: fp32 under any autocast), and for
                                          semi_structured the exchange each update asked and did
 
-Distributed (DDP): masked and semi_structured run; csr is refused (suite validation and here):
-its gradients at update steps are per rank, and a soft budget resizes its values.
+Distributed (DDP): masked and semi_structured run; csr and condensed are refused (suite validation
+and here): their gradients at update steps are per rank, and a soft budget (csr) or an ablated
+neuron (condensed) resizes their values.
 """
 
 from __future__ import annotations
@@ -35,13 +39,12 @@ import torch
 
 from dstbench.util import distributed
 from dstbench.models.timm_models import create_model, prunable_weights
+from dstbench.dst.masked.active_values import ActiveValuesMaskSet
+from dstbench.dst.masked.condensed import CondensedMaskSet
 from dstbench.dst.masked.csr import CsrMaskSet
 from dstbench.dst.masked.masks import MaskSet
 from dstbench.dst.masked import semi_structured
 from dstbench.dst.masked.semi_structured import SemiStructuredMaskSet, half_allotment, swap_linears
-
-EXECUTIONS = ("masked", "csr", "semi_structured")
-
 
 class MaskedExecution:
     """Full-size weights and dense kernels: the mask set as it is."""
@@ -66,26 +69,48 @@ class MaskedExecution:
         return {"kernel_precision": self.kernel_precision}
 
 
-class CsrExecution(MaskedExecution):
-    name = "csr"
+class ActiveValuesExecution(MaskedExecution):
+    """An execution whose layers store the active weights alone (`dstbench.dst.masked.active_values`)."""
+
     # The sparse operators carry FLOP formulas of their own: 2 * nnz * tokens per product.
     flops_basis = "executed"
+    active_values_class: type[ActiveValuesMaskSet]
+    kernels = ""  # named in the error on another device
 
     def install(
         self, model: torch.nn.Module, mask_set: Any, allotment: dict[str, int], *, density: float, precision: str
     ) -> tuple[Any, dict[str, int]]:
         if distributed.is_distributed():
-            raise ValueError("execution csr does not run distributed (DDP); use execution masked under torchrun")
+            raise ValueError(f"execution {self.name} does not run distributed (DDP); use execution masked under torchrun")
         device = next(iter(mask_set.weights.values())).device
         if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"execution csr runs on cpu or cuda (torch's CSR kernels), not {device.type}")
-        csr = CsrMaskSet.convert(model, mask_set)
+            raise ValueError(f"execution {self.name} runs on cpu or cuda ({self.kernels}), not {device.type}")
+        self.kernel_precision = precision
+        return self.active_values_class.convert(model, mask_set), allotment
+
+    def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
+        mask_set.before_forward(dense_grad)
+
+
+class CsrExecution(ActiveValuesExecution):
+    name = "csr"
+    active_values_class = CsrMaskSet
+    kernels = "torch's CSR kernels"
+
+    def install(
+        self, model: torch.nn.Module, mask_set: Any, allotment: dict[str, int], *, density: float, precision: str
+    ) -> tuple[Any, dict[str, int]]:
+        csr, allotment = super().install(model, mask_set, allotment, density=density, precision=precision)
         # Not the suite's precision: the CSR products run in the values' dtype under any autocast.
         self.kernel_precision = csr.kernel_precision
         return csr, allotment
 
-    def before_forward(self, mask_set: Any, dense_grad: bool) -> None:
-        mask_set.before_forward(dense_grad)
+
+class CondensedExecution(ActiveValuesExecution):
+    # Products in the autocast dtype under autocast (as masked's), else in the values'.
+    name = "condensed"
+    active_values_class = CondensedMaskSet
+    kernels = "the condensed gather kernels registered there"
 
 
 class SemiStructuredExecution(MaskedExecution):
@@ -114,10 +139,9 @@ class SemiStructuredExecution(MaskedExecution):
 
 
 BACKENDS: dict[str, type[MaskedExecution]] = {
-    "masked": MaskedExecution,
-    "csr": CsrExecution,
-    "semi_structured": SemiStructuredExecution,
+    backend.name: backend for backend in (MaskedExecution, CsrExecution, SemiStructuredExecution, CondensedExecution)
 }
+EXECUTIONS = tuple(BACKENDS)
 
 
 def create_execution(name: str) -> MaskedExecution:
@@ -153,11 +177,12 @@ def execution_problem(
     With the suite's model (`model_name`, `model_kwargs`, its `model_prunable`), semi_structured
     also checks the shapes of the prunable weights."""
     execution = params.get("execution", "masked")
-    if execution == "csr":
+    backend = BACKENDS.get(execution)
+    if backend is not None and issubclass(backend, ActiveValuesExecution):
         if distributed:
-            return "execution csr does not run distributed (DDP); use execution masked under torchrun"
+            return f"execution {execution} does not run distributed (DDP); use execution masked under torchrun"
         if device == "mps":
-            return "execution csr runs on cpu or cuda (torch's CSR kernels), not mps"
+            return f"execution {execution} runs on cpu or cuda ({backend.kernels}), not mps"
     if execution == "semi_structured":
         shapes = None
         if model_name is not None:

@@ -25,30 +25,23 @@ The result line says so: `method_extras.kernel_precision` (`kernel_precision` be
 for a csr case whatever the suite's precision.
 Indices are int32, as MKL and cuSPARSE take them (int64 ones would be converted at every call).
 
-`CsrMaskSet` is the mask set of the masked methods (`dstbench.dst.masked.masks.MaskSet`'s interface)
-over these layers: masks are the structures themselves, the per-step masking is a no-op, and the
-topology update reads dense copies (`weights`) made at update time only. `set_mask` rebuilds a
-layer: positions active before and after keep their value and optimizer state, grown ones start
-at 0 with zero state, pruned ones' state disappears (the values tensor is resized when the count
-changes: soft budgets). A layer refuses to change its structure while a forward of it awaits its
-backward (a live autograd graph): that backward would describe the old positions, and after a
-resize its gradient would not even fit `values`.
+`CsrMaskSet` is the mask set of the masked methods over these layers; what it shares with the
+condensed execution (values and optimizer state following their positions at `set_mask`, resized
+for soft budgets; no structure change under a live graph) is `dstbench.dst.masked.active_values`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from dstbench.dst.masked.sparse_linear import LiveGraphs, kernel_linear, owning_linear, replace_module
-from dstbench.dst.masked.masks import MaskSet
+from dstbench.dst.masked.active_values import DTYPE_NAMES, ActiveValuesLinear, ActiveValuesMaskSet
 
-
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+__all__ = ["DTYPE_NAMES", "CsrLinear", "CsrMaskSet"]
 
 _LIB = torch.library.Library("dstbench_sparse", "DEF")
 _LIB.define("csr_mm(Tensor crow, Tensor col, Tensor values, int columns, Tensor dense) -> Tensor")
@@ -90,26 +83,11 @@ def _csr_sampled_mm_flops(crow, col, columns, left, right, out_shape=None, **kwa
     return 2 * col[0] * left[1]
 
 
-class CsrLinear(torch.nn.Module):
-    """An `nn.Linear` whose weight is stored as CSR: `values` (trained) and index buffers.
+class CsrLinear(ActiveValuesLinear):
+    """An `nn.Linear` whose weight is stored as CSR: `values` (trained) and int32 index buffers of
+    the structure and of its transpose (`dstbench.dst.masked.active_values.ActiveValuesLinear`)."""
 
-    The index buffers are not persistent (a checkpoint stores the structure in the method's extra
-    state, which is loaded first and resizes `values`), and they are not saved for backward, so
-    they count as method buffers, not as activations.
-    """
-
-    def __init__(self, linear: torch.nn.Linear, active: torch.Tensor) -> None:
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.bias = linear.bias  # the same Parameter: its optimizer state and name stay
-        weight = linear.weight.detach()
-        self.values = torch.nn.Parameter(torch.empty(0, dtype=weight.dtype, device=weight.device))
-        self.want_dense_grad = False
-        self.dense_grad: torch.Tensor | None = None
-        self.live_graphs = LiveGraphs()
-        self._set_structure(active.to(weight.device, torch.bool).flatten().nonzero().flatten())
-        with torch.no_grad():
-            self.values.data = weight.flatten()[self.flat_index()].clone()
+    execution = "csr"
 
     # -- structure ----------------------------------------------------------------------------------
     def _set_structure(self, flat: torch.Tensor) -> None:
@@ -127,9 +105,8 @@ class CsrLinear(torch.nn.Module):
         self.register_buffer("col_t", rows[perm].to(torch.int32), persistent=False)
         self.register_buffer("perm", perm.to(torch.int32), persistent=False)
 
-    @property
-    def nnz(self) -> int:
-        return self.col.numel()
+    def values_shape(self) -> tuple[int, ...]:
+        return (self.col.numel(),)
 
     def flat_index(self) -> torch.Tensor:
         """Row-major positions of the stored values in the dense weight (int64, made on demand)."""
@@ -138,50 +115,22 @@ class CsrLinear(torch.nn.Module):
         )
         return rows * self.in_features + self.col.to(torch.int64)
 
-    def scatter(self, values: torch.Tensor) -> torch.Tensor:
-        """A dense (out, in) tensor holding `values` (in CSR order) at the active positions, 0 elsewhere."""
-        dense = values.new_zeros(self.out_features * self.in_features)
-        dense[self.flat_index()] = values
-        return dense.view(self.out_features, self.in_features)
-
-    def active(self) -> torch.Tensor:
-        return self.scatter(torch.ones(self.nnz, dtype=torch.bool, device=self.col.device))
-
     def index_buffers(self) -> dict[str, torch.Tensor]:
         return {"crow": self.crow, "col": self.col, "crow_t": self.crow_t, "col_t": self.col_t, "perm": self.perm}
 
-    @torch.no_grad()
-    def set_active(self, new: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
-        """Rebuild the structure for the bool mask `new`; values and element-wise optimizer state
-        follow their positions (kept where active before and after, 0 where grown). Refused while a
-        forward of this layer awaits its backward (see the module docstring)."""
-        if self.live_graphs:
-            raise RuntimeError(
-                "csr: cannot change a layer's active positions while a forward of it awaits its backward "
-                "(a live autograd graph saved its values); run that backward or drop its outputs first"
-            )
-        values = self.values
-        state = optimizer.state.get(values) or {}
-        old = {key: self.scatter(t) for key, t in state.items() if isinstance(t, torch.Tensor) and t.shape == values.shape}
-        dense_values = self.scatter(values)
-        self._set_structure(new.to(values.device, torch.bool).flatten().nonzero().flatten())
-        flat = self.flat_index()
-        fresh = dense_values.flatten()[flat]
-        if fresh.shape == values.shape:
-            values.copy_(fresh)
-            for key, dense in old.items():
-                state[key].copy_(dense.flatten()[flat])
-        else:  # a soft budget changed the count: same Parameter (the optimizer keeps it), new size
-            values.data = fresh
-            for key, dense in old.items():
-                state[key] = dense.flatten()[flat]
-        values.grad = None  # it described the old positions
-        self.dense_grad = None
+    def structure_state(self) -> dict[str, torch.Tensor]:
+        return {"crow": self.crow.cpu(), "col": self.col.cpu()}
+
+    def mask_of(self, saved: Mapping[str, Any]) -> torch.Tensor:
+        if "crow" not in saved:
+            raise ValueError("the checkpoint holds no csr structure (was it saved by another execution?)")
+        crow, col = saved["crow"].to(torch.int64), saved["col"].to(torch.int64)
+        rows = torch.repeat_interleave(torch.arange(self.out_features), torch.diff(crow))
+        mask = torch.zeros(self.out_features * self.in_features, dtype=torch.bool)
+        mask[rows * self.in_features + col] = True
+        return mask.view(self.out_features, self.in_features)
 
     # -- LinearKernels ------------------------------------------------------------------------------
-    def prepare(self, values: torch.Tensor, cast: torch.dtype | None) -> None:
-        return None  # each product reads the structure buffers, which stay as they are under a graph
-
     def output(self, values: torch.Tensor, x2d: torch.Tensor, cast: torch.dtype | None, prepared: None) -> torch.Tensor:
         dense = x2d.to(values.dtype).t()
         return torch.ops.dstbench_sparse.csr_mm(self.crow, self.col, values, self.in_features, dense).t()
@@ -201,147 +150,8 @@ class CsrLinear(torch.nn.Module):
             return self.dense_grad.flatten()[self.flat_index()]
         return torch.ops.dstbench_sparse.csr_sampled_mm(self.crow, self.col, self.in_features, grad2d.t(), x2d)
 
-    # -- module -------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernel_linear(self, x, self.values, self.bias)
 
-    def norm_linear(self, x: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
-        """`self(norm(x))` keeping only `x` for backward (`dstbench.models.fused_norms.norm_linear` calls this)."""
-        return kernel_linear(self, x, self.values, self.bias, norm)
+class CsrMaskSet(ActiveValuesMaskSet):
+    """`MaskSet`'s interface over `CsrLinear` layers (`dstbench.dst.masked.active_values`)."""
 
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, nnz={self.nnz}, bias={self.bias is not None}"
-
-
-class _DenseViews(Mapping):
-    """Dense copies of the layers' weights, each with `.grad` set to its dense gradient (the one kept
-    by a flagged backward, else the active gradients scattered, else None). Made afresh at every
-    access, so an update that walks the layers holds one layer's copies at a time."""
-
-    def __init__(self, layers: dict[str, CsrLinear]) -> None:
-        self._layers = layers
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        layer = self._layers[name]
-        values = layer.values.detach()
-        weight = layer.scatter(values)
-        if layer.dense_grad is not None:
-            weight.grad = layer.dense_grad
-        elif layer.values.grad is not None and layer.values.grad.shape == values.shape:
-            weight.grad = layer.scatter(layer.values.grad)
-        return weight
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._layers)
-
-    def __len__(self) -> int:
-        return len(self._layers)
-
-
-def _swap_parameter(optimizer: torch.optim.Optimizer, old: torch.nn.Parameter, new: torch.nn.Parameter) -> None:
-    for group in optimizer.param_groups:
-        for index, param in enumerate(group["params"]):
-            if param is old:
-                group["params"][index] = new
-                state = optimizer.state.pop(old, None)
-                if state:
-                    raise ValueError("csr: the optimizer already holds state for a prunable weight")
-                return
-    raise ValueError("csr: a prunable weight is not in the optimizer")
-
-
-class CsrMaskSet:
-    """`MaskSet`'s interface over `CsrLinear` layers (see the module docstring)."""
-
-    def __init__(self, layers: dict[str, CsrLinear], optimizer: torch.optim.Optimizer) -> None:
-        self.layers = layers
-        self.optimizer = optimizer
-
-    @classmethod
-    def convert(cls, model: torch.nn.Module, masks: MaskSet) -> "CsrMaskSet":
-        """Replace each masked `nn.Linear` weight of `masks` by a `CsrLinear` holding its active
-        weights, in the model and in the optimizer (the values take the weight's place in its
-        parameter group, so weight decay and checkpoint order follow)."""
-        layers: dict[str, CsrLinear] = {}
-        for name, weight in masks.weights.items():
-            path, linear = owning_linear(model, name, "csr")
-            layer = CsrLinear(linear, masks.active(name))
-            _swap_parameter(masks.optimizer, weight, layer.values)
-            replace_module(model, path, layer)
-            layers[name] = layer
-        return cls(layers, masks.optimizer)
-
-    # -- inspection ---------------------------------------------------------------------------------
-    @property
-    def names(self) -> list[str]:
-        return list(self.layers)
-
-    @property
-    def kernel_precision(self) -> str:
-        """The dtype the sparse products run in: the values' (fp32), autocast or not."""
-        dtype = next(iter(self.layers.values())).values.dtype
-        return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
-
-    @property
-    def weights(self) -> Mapping[str, torch.Tensor]:
-        """Dense copies for a topology update (never per step)."""
-        return _DenseViews(self.layers)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {name: layer.nnz for name, layer in self.layers.items()}
-
-    def numel(self, name: str | None = None) -> int:
-        layers = [self.layers[name]] if name is not None else self.layers.values()
-        return sum(layer.out_features * layer.in_features for layer in layers)
-
-    def active(self, name: str) -> torch.Tensor:
-        return self.layers[name].active()
-
-    def bool_masks(self) -> dict[str, torch.Tensor]:
-        return {name: self.active(name) for name in self.layers}
-
-    def buffers(self) -> dict[str, torch.Tensor]:
-        """The index buffers: what replaces the masks (counted in the training-state bytes)."""
-        return {f"csr:{name}.{key}": t for name, layer in self.layers.items() for key, t in layer.index_buffers().items()}
-
-    def recount(self) -> dict[str, int]:
-        return self.counts
-
-    def total_active(self) -> int:
-        return sum(self.counts.values())
-
-    # -- every step: the structure is the mask, nothing to apply --------------------------------------
-    def before_forward(self, dense_grad: bool) -> None:
-        for layer in self.layers.values():
-            layer.want_dense_grad = dense_grad
-            layer.dense_grad = None  # the last update's, if any
-
-    def mask_grads(self) -> None:
-        pass
-
-    def enforce(self) -> None:
-        pass
-
-    # -- topology changes ---------------------------------------------------------------------------
-    def set_mask(self, name: str, new: torch.Tensor) -> None:
-        self.layers[name].set_active(new, self.optimizer)
-
-    # -- checkpoints --------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {name: {"crow": layer.crow.cpu(), "col": layer.col.cpu()} for name, layer in self.layers.items()}
-
-    def load_state_dict(self, structures: Mapping[str, Any]) -> None:
-        missing = sorted(set(self.layers) - set(structures))
-        if missing:
-            raise KeyError(f"checkpoint lacks csr structures for {missing}")
-        for name, layer in self.layers.items():
-            saved = structures[name]
-            if not isinstance(saved, Mapping) or "crow" not in saved:
-                raise ValueError(f"{name}: the checkpoint holds no csr structure (was it saved by another execution?)")
-            crow, col = saved["crow"].to(torch.int64), saved["col"].to(torch.int64)
-            rows = torch.repeat_interleave(torch.arange(layer.out_features), torch.diff(crow))
-            mask = torch.zeros(layer.out_features * layer.in_features, dtype=torch.bool)
-            mask[rows * layer.in_features + col] = True
-            # Values and state are overwritten by the model and optimizer state loaded next.
-            layer.set_active(mask.view(layer.out_features, layer.in_features), self.optimizer)
+    layer_class = CsrLinear

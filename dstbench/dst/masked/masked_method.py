@@ -57,6 +57,13 @@ from dstbench.dst.masked.scorers import GrowScorer, Magnitude, PruneScorer, Rand
 from dstbench.models.timm_models import default_prunable, family, prunable_weights
 
 
+# Why a method's masks may not suit an execution (said when its `Params.executions` leave it out).
+EXECUTION_NEEDS = {
+    "condensed": "stores the same fan-in in every live neuron, which only a method that keeps one (srigl) holds",
+    "semi_structured": "needs transposable 2:4 masks",
+}
+
+
 @dataclasses.dataclass
 class MaskLayoutParams:
     """Where the mask sits and how the masked linears compute: what every masked method has,
@@ -64,11 +71,18 @@ class MaskLayoutParams:
 
     distribution: str = "erk"  # layer densities: "erk" or "uniform"
     prunable: str | None = None  # regex (full match) of the masked parameters; default: model.prunable, else the model's
-    execution: str = "masked"  # how the masked linears compute: masked, csr or semi_structured
+    execution: str = "masked"  # how the masked linears compute: masked, csr, semi_structured (or condensed: srigl)
+
+    # The executions the method's masks can run on: condensed holds a constant fan-in per neuron,
+    # which only a method that keeps one (srigl) adds to its own.
+    executions: ClassVar[tuple[str, ...]] = ("masked", "csr", "semi_structured")
 
     def __post_init__(self) -> None:
         if self.execution not in EXECUTIONS:
             raise ValueError(f"execution must be one of {list(EXECUTIONS)}, got {self.execution!r}")
+        if self.execution not in self.executions:
+            why = EXECUTION_NEEDS.get(self.execution, "")
+            raise ValueError(f"execution {self.execution} {why}; this method runs {', '.join(self.executions)}")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
         try:
