@@ -110,3 +110,26 @@ def test_the_ranking_workloads_trial_figures_are_the_committed_trials() -> None:
     assert top1s("cpu_accuracy-20261206-222130", "dense") == "0.658"
     suite = flat("suites/cpu_accuracy.yaml")
     assert f"dense {teacher[0].replace(', 0.668', ' and 0.668')}" in suite.replace("# ", "")
+
+
+CONDENSED = ROOT / "reports" / "cpu_condensed" / "runs" / "cpu_condensed-20261207-184126"
+
+
+def test_the_condensed_srigl_rows_are_the_committed_runs() -> None:
+    frame = dstbench.load_run(CONDENSED).frame(all_columns=True).set_index("case_id")
+
+    def row(density: float) -> str:
+        masked, condensed = frame.loc[f"srigl@{density:g}"], frame.loc[f"srigl_condensed@{density:g}"]
+        state = condensed["state_bytes"] / masked["state_bytes"]
+        return (
+            f"| {density:g} | {masked['ms_per_step']:.2f} / {condensed['ms_per_step']:.2f} | "
+            f"{condensed['speedup']:.2f}x [{condensed['speedup_ci_low']:.2f}, {condensed['speedup_ci_high']:.2f}] | "
+            f"{condensed['flop_limit']:.2f}x ({condensed['speedup'] / condensed['flop_limit'] * 100:.1f}%) | "
+            f"{masked['state_bytes'] / MIB:.1f} / {condensed['state_bytes'] / MIB:.1f} ({state:.2f}x) | "
+            f"{masked['activation_bytes'] / MIB:.1f} / {condensed['activation_bytes'] / MIB:.1f} |"
+        )
+
+    for page in ("docs/methods/srigl.md", "reports/cpu_condensed/README.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        for density in (0.5, 0.1):
+            assert row(density) in text, (page, row(density))

@@ -93,3 +93,16 @@ def test_a_csr_case_carries_its_execution_and_counts_what_it_stores() -> None:
     assert csr.state_bytes < 0.5 * masked.state_bytes
     assert csr.flops_per_step < 0.5 * masked.flops_per_step
     assert csr.activation_bytes == masked.activation_bytes
+
+
+def test_a_condensed_srigl_case_counts_what_it_stores() -> None:
+    methods = [{"name": "srigl", "params": {"delta_t": 3}},
+               {"name": "srigl", "label": "srigl_condensed", "params": {"delta_t": 3, "execution": "condensed"}}]
+    suite = parse_suite(micro_suite(methods=methods, densities=[0.1]))
+    masked, condensed = (run_case(CaseTask(suite.model_dump(mode="json"), "s.yaml", case.to_dict(), ".")) for case in expand_cases(suite))
+    assert (masked.execution, condensed.execution) == ("masked", "condensed")
+    assert condensed.status == "ok" and condensed.topology_updates == masked.topology_updates > 0
+    assert condensed.density_achieved == masked.density_achieved
+    assert condensed.state_bytes < 0.5 * masked.state_bytes
+    assert condensed.flops_per_step < 0.5 * masked.flops_per_step  # the gathers' products, counted as executed
+    assert condensed.activation_bytes == masked.activation_bytes  # the layer keeps its input, as a linear does

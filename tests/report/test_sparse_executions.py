@@ -15,6 +15,7 @@ TWO_FOUR = {
     ],
 }
 CSR = {"execution": "csr", "flops_basis": "executed", "kernel_precision": "fp32"}
+CONDENSED = {"execution": "condensed", "flops_basis": "executed", "kernel_precision": "bf16"}
 
 
 def _derived() -> pd.DataFrame:
@@ -23,6 +24,7 @@ def _derived() -> pd.DataFrame:
         {"method": "rigl_csr", "density": 0.5, "execution": "csr", "method_extras": CSR, "run": "r"},
         {"method": "rigl_2to4", "density": 0.5, "execution": "semi_structured", "method_extras": TWO_FOUR, "run": "r"},
         {"method": "dense", "density": 1.0, "execution": None, "method_extras": {}, "run": "r"},
+        {"method": "srigl_condensed", "density": 0.1, "execution": "condensed", "method_extras": CONDENSED, "run": "r"},
     ])
 
 
@@ -32,6 +34,7 @@ def test_sparse_cases_show_their_precision_and_the_2to4_exchange() -> None:
     assert table.rows == [
         ["rigl_csr", "0.5", "csr", "fp32", "executed", "—", "—", "—", "—"],
         ["rigl_2to4", "0.5", "semi_structured", "bf16", "dense_equivalent", "2", "20.0%", "19.0%", "10.0%"],
+        ["srigl_condensed", "0.1", "condensed", "bf16", "executed", "—", "—", "—", "—"],
     ]
 
 
