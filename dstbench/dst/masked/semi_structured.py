@@ -197,7 +197,10 @@ class SemiStructuredLinear(torch.nn.Module):
 # The key under which `SemiStructuredMaskSet.state_dict` keeps the exchange records beside the
 # masks (no parameter name holds a colon), so a resumed run reports every update.
 EXCHANGE_KEY = "exchange:updates"
-EXCHANGE_FIELDS = ("active", "requested", "achieved", "as_proposed")
+EXCHANGE_FIELDS = (
+    "active", "requested", "achieved", "as_proposed",
+    "removed", "removed_unrequested", "removed_unrequested_above_median", "turned_on_unrequested",
+)
 
 
 class SemiStructuredMaskSet(MaskSet):
@@ -210,7 +213,10 @@ class SemiStructuredMaskSet(MaskSet):
     counts, kept on the device, so recording costs no host synchronisation. Per update: `active`
     (active positions of the layers it changed), `requested` (positions the proposal turns on),
     `achieved` (positions the projected mask turns on; as many turn off) and `as_proposed` (of
-    those, the ones the proposal turned on)."""
+    those, the ones the proposal turned on); and what the projection did unasked: `removed`
+    (positions it turns off), `removed_unrequested` (of them, the ones the proposal kept),
+    `removed_unrequested_above_median` (of those, the ones above the layer's median |w| of active
+    weights) and `turned_on_unrequested` (positions it turns on that the proposal did not)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -223,7 +229,7 @@ class SemiStructuredMaskSet(MaskSet):
         previous = self._masks[name] if self._recording else None
         projected = project_transposable_2to4(proposed, self.weights[name], previous)
         if previous is not None:
-            self._exchange_pending.append(exchange_counts(previous, proposed, projected))
+            self._exchange_pending.append(exchange_counts(previous, proposed, projected, self.weights[name]))
         super().set_mask(name, projected)
 
     # -- exchange records ---------------------------------------------------------------------------
@@ -238,27 +244,44 @@ class SemiStructuredMaskSet(MaskSet):
             self._exchange_updates.append(torch.stack(self._exchange_pending).sum(dim=0))
             self._exchange_pending = []
 
-    def exchange_records(self) -> list[dict[str, int]]:
-        """Per update, in order: its counts (see the class docstring)."""
+    def exchange_records(self) -> list[dict[str, int | None]]:
+        """Per update, in order: its counts (see the class docstring; None for a count a checkpoint
+        from before it was recorded lacks)."""
         self.close_update()
         if not self._exchange_updates:
             return []
         rows = torch.stack([u.cpu() for u in self._exchange_updates]).tolist()
-        return [dict(zip(EXCHANGE_FIELDS, (int(v) for v in row))) for row in rows]
+        return [dict(zip(EXCHANGE_FIELDS, (int(v) if v >= 0 else None for v in row))) for row in rows]
 
     def exchange_extras(self) -> dict[str, Any]:
         """The result line's exchange fields: per update (`exchange_updates`) the fractions of the
         changed layers' active positions the proposal asked to change (`requested`), that changed
-        (`achieved`) and that changed as the proposal asked (`as_proposed`); `exchange_requested`,
-        `exchange_achieved`, `exchange_as_proposed`: their means over the updates. Empty before
-        the first update."""
+        (`achieved`) and that changed as the proposal asked (`as_proposed`), and what changed unasked:
+        `unrequested_removals` (count) and its share of the removals (`unrequested_removal_share`),
+        the share of those above the layer's median |w| (`unrequested_above_median`), and
+        `unrequested_turn_ons` (count); `exchange_<field>`: each fraction's mean over the updates
+        that have it. Empty before the first update."""
         per_update = []
         for index, counts in enumerate(self.exchange_records(), 1):
-            active = max(counts["active"], 1)
-            per_update.append({"update": index, **{f: round(counts[f] / active, 6) for f in EXCHANGE_FIELDS[1:]}})
+            active = max(counts["active"] or 0, 1)
+            update: dict[str, Any] = {"update": index, **{f: round(counts[f] / active, 6) for f in EXCHANGE_FIELDS[1:4]}}
+            if counts["removed"] is not None:
+                unrequested = counts["removed_unrequested"]
+                update.update({
+                    "unrequested_removals": unrequested,
+                    "unrequested_removal_share": round(unrequested / counts["removed"], 6) if counts["removed"] else 0.0,
+                    "unrequested_above_median": (
+                        round(counts["removed_unrequested_above_median"] / unrequested, 6) if unrequested else None),
+                    "unrequested_turn_ons": counts["turned_on_unrequested"],
+                })
+            per_update.append(update)
         if not per_update:
             return {}
-        means = {f"exchange_{f}": round(sum(u[f] for u in per_update) / len(per_update), 6) for f in EXCHANGE_FIELDS[1:]}
+        means = {}
+        for field in (*EXCHANGE_FIELDS[1:4], "unrequested_removal_share", "unrequested_above_median"):
+            values = [u[field] for u in per_update if u.get(field) is not None]
+            if values:
+                means[f"exchange_{field}"] = round(sum(values) / len(values), 6)
         return {**means, "exchange_updates": per_update}
 
     # -- checkpoints --------------------------------------------------------------------------------
@@ -275,6 +298,8 @@ class SemiStructuredMaskSet(MaskSet):
         super().load_state_dict(masks)
         device = next(iter(self._masks.values())).device
         saved = masks.get(EXCHANGE_KEY)
+        if saved is not None and saved.shape[-1] < len(EXCHANGE_FIELDS):  # saved before the unrequested counts: unknown
+            saved = torch.cat([saved, saved.new_full((saved.shape[0], len(EXCHANGE_FIELDS) - saved.shape[-1]), -1)], dim=1)
         self._exchange_pending = []
         self._exchange_updates = [row.to(device) for row in saved] if saved is not None else []
 

@@ -141,10 +141,24 @@ def is_transposable_2to4(mask: torch.Tensor) -> bool:
     return bool((tiles.sum(dim=2) == 2).all() and (tiles.sum(dim=1) == 2).all())
 
 
-def exchange_counts(previous: torch.Tensor, proposed: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+def exchange_counts(
+    previous: torch.Tensor, proposed: torch.Tensor, projected: torch.Tensor, weight: torch.Tensor
+) -> torch.Tensor:
     """One layer's exchange, as an int64 tensor on the masks' device (no host sync): active positions
     before, positions the proposal turns on, positions the projection turns on, and of those the
-    ones the proposal turned on. With equal counts before and after, as many turn off as on."""
+    ones the proposal turned on (with equal counts before and after, as many turn off as on); then
+    what the projection changed that the proposal did not ask for: the positions it turns off
+    (removals), of them the ones the proposal kept (unrequested removals), of those the ones whose
+    |w| (`weight`, before the update) is above the median |w| of the layer's active weights, and
+    the positions it turns on that the proposal did not."""
     grown = proposed & ~previous
     turned_on = projected & ~previous
-    return torch.stack([previous.sum(), grown.sum(), turned_on.sum(), (turned_on & grown).sum()]).to(torch.int64)
+    removed = previous & ~projected
+    unrequested = removed & proposed
+    magnitude = weight.detach().abs()
+    median = torch.where(previous, magnitude, torch.nan).nanmedian()  # of the active weights; no sync
+    above = unrequested & (magnitude > median)
+    return torch.stack([
+        previous.sum(), grown.sum(), turned_on.sum(), (turned_on & grown).sum(),
+        removed.sum(), unrequested.sum(), above.sum(), (turned_on & ~proposed).sum(),
+    ]).to(torch.int64)

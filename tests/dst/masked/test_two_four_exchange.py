@@ -12,7 +12,7 @@ import torch
 
 from dstbench.dst.masked.masks import random_mask
 from dstbench.dst.masked.scorers import drop_and_grow
-from dstbench.dst.masked.semi_structured import SemiStructuredMaskSet
+from dstbench.dst.masked.semi_structured import EXCHANGE_KEY, SemiStructuredMaskSet
 from dstbench.dst.masked.transposable import (
     PATTERNS,
     _tiles,
@@ -65,7 +65,7 @@ def _reachable(previous: torch.Tensor, proposed: torch.Tensor) -> int:
 def test_an_update_turns_on_at_most_the_count_asked_and_what_it_turns_on_is_what_was_proposed(fraction: float) -> None:
     previous, proposed, weight = _rigl_like_update(384, fraction)
     projected = project_transposable_2to4(proposed, weight, previous)
-    active, requested, achieved, as_proposed = exchange_counts(previous, proposed, projected).tolist()
+    active, requested, achieved, as_proposed = exchange_counts(previous, proposed, projected, weight).tolist()[:4]
     assert is_transposable_2to4(projected) and int(projected.sum()) == active
     assert requested == int(active * fraction)
     # Still a nearest transposable mask: no tile keeps fewer proposed positions than it could.
@@ -77,7 +77,7 @@ def test_an_update_turns_on_at_most_the_count_asked_and_what_it_turns_on_is_what
     assert requested - MAX_SWITCH < achieved or as_proposed == reachable
     # Ties broken by |w| alone (the projection of initial masks) undo most of the exchange, and
     # carry out fewer of the proposed turn-ons.
-    by_magnitude = exchange_counts(previous, proposed, project_transposable_2to4(proposed, weight)).tolist()
+    by_magnitude = exchange_counts(previous, proposed, project_transposable_2to4(proposed, weight), weight).tolist()
     assert by_magnitude[2] < 0.7 * requested and by_magnitude[3] < as_proposed
 
 
@@ -89,7 +89,7 @@ def test_at_0_3_most_of_what_turns_on_was_proposed() -> None:
     # by all the positions they turn on, proposed or not, made 0.57.
     previous, proposed, weight = _rigl_like_update(384, 0.3)
     projected = project_transposable_2to4(proposed, weight, previous)
-    _, requested, achieved, as_proposed = exchange_counts(previous, proposed, projected).tolist()
+    _, requested, achieved, as_proposed = exchange_counts(previous, proposed, projected, weight).tolist()[:4]
     assert requested - MAX_SWITCH < achieved <= requested
     assert as_proposed >= 0.75 * requested
     assert _reachable(previous, proposed) < 0.85 * requested  # the bound the tolerance leaves room for
@@ -100,18 +100,19 @@ def test_a_tile_turns_on_the_grown_positions_rather_than_one_nobody_proposed() -
     proposed = previous.clone()
     proposed[0, 2] = proposed[0, 3] = False  # dropped
     proposed[1, 0] = proposed[2, 2] = True  # grown: rows 1 and 2 now hold 3, no pattern keeps all 8
-    projected = project_transposable_2to4(proposed, torch.rand(4, 4) * previous, previous)
+    weight = torch.rand(4, 4) * previous
+    projected = project_transposable_2to4(proposed, weight, previous)
     # 6 proposed positions kept (the most any pattern keeps), both grown ones turned on; a pattern
     # turning on (0, 0), which nobody proposed, keeps as many and changes as many positions.
     expected = torch.tensor([[0, 0, 1, 1], [1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
     assert torch.equal(projected, expected)
-    assert exchange_counts(previous, proposed, projected).tolist() == [8, 2, 2, 2]
+    assert exchange_counts(previous, proposed, projected, weight).tolist()[:4] == [8, 2, 2, 2]
 
 
 def test_a_small_fraction_falls_short_and_never_overshoots() -> None:
     previous, proposed, weight = _rigl_like_update(128, 0.05)
     projected = project_transposable_2to4(proposed, weight, previous)
-    _, requested, achieved, as_proposed = exchange_counts(previous, proposed, projected).tolist()
+    _, requested, achieved, as_proposed = exchange_counts(previous, proposed, projected, weight).tolist()[:4]
     assert 0 < achieved < requested  # nearest masks cannot carry out all of it: recorded, not hidden
     assert as_proposed == _reachable(previous, proposed)  # but every proposed turn-on they can
     assert torch.equal(_agreement(projected, proposed), _nearest_possible(proposed))
@@ -129,8 +130,29 @@ def test_exchange_counts_count_positions() -> None:
     previous = torch.tensor([[1, 1, 0, 0]], dtype=torch.bool)
     proposed = torch.tensor([[1, 0, 1, 0]], dtype=torch.bool)
     projected = torch.tensor([[0, 1, 0, 1]], dtype=torch.bool)
-    assert exchange_counts(previous, proposed, projected).tolist() == [2, 1, 1, 0]
-    assert exchange_counts(previous, proposed, proposed).tolist() == [2, 1, 1, 1]
+    weight = torch.tensor([[0.5, 0.2, 0.0, 0.0]])
+    assert exchange_counts(previous, proposed, projected, weight).tolist()[:4] == [2, 1, 1, 0]
+    assert exchange_counts(previous, proposed, proposed, weight).tolist()[:4] == [2, 1, 1, 1]
+
+
+def test_unrequested_changes_are_counted_against_a_hand_made_mask() -> None:
+    # One row of 8: the proposal drops columns 1 and 3 and grows 4 and 6; the projection (given by
+    # hand) instead drops 0 and 1, keeps 3, and turns on 4 and 5.
+    previous = torch.tensor([[1, 1, 1, 1, 0, 0, 0, 0]], dtype=torch.bool)
+    proposed = torch.tensor([[1, 0, 1, 0, 1, 0, 1, 0]], dtype=torch.bool)
+    projected = torch.tensor([[0, 0, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    # |w| of the active weights: 0.9, 0.1, 0.3, 0.2; torch's median of an even count is the lower middle, 0.2.
+    weight = torch.tensor([[0.9, -0.1, 0.3, 0.2, 0.0, 0.0, 0.0, 0.0]])
+    counts = dict(zip(("active", "requested", "achieved", "as_proposed", "removed", "removed_unrequested",
+                       "removed_unrequested_above_median", "turned_on_unrequested"),
+                      exchange_counts(previous, proposed, projected, weight).tolist()))
+    assert counts == {
+        "active": 4, "requested": 2, "achieved": 2, "as_proposed": 1,
+        "removed": 2,  # columns 0 and 1
+        "removed_unrequested": 1,  # column 0: the proposal kept it
+        "removed_unrequested_above_median": 1,  # |0.9| > 0.2
+        "turned_on_unrequested": 1,  # column 5
+    }
 
 
 def _mask_set(size: int = 32) -> tuple[SemiStructuredMaskSet, torch.nn.Linear]:
@@ -171,7 +193,8 @@ def test_layers_set_between_two_steps_are_one_update() -> None:
     for name in ("a", "b"):
         masks.set_mask(name, ~masks.active(name))  # the complement is transposable too: all 128 change
     [record] = masks.exchange_records()
-    assert record == {"active": 256, "requested": 256, "achieved": 256, "as_proposed": 256}
+    assert record == {"active": 256, "requested": 256, "achieved": 256, "as_proposed": 256, "removed": 256,
+                      "removed_unrequested": 0, "removed_unrequested_above_median": 0, "turned_on_unrequested": 0}
 
 
 def test_exchange_records_survive_a_checkpoint() -> None:
@@ -182,6 +205,13 @@ def test_exchange_records_survive_a_checkpoint() -> None:
     resumed.load_state_dict(state)
     assert resumed.exchange_records() == masks.exchange_records() and len(masks.exchange_records()) == 1
     assert torch.equal(resumed.active("weight"), masks.active("weight"))
+    # A checkpoint from before the unrequested changes were counted: those counts are unknown (None).
+    state[EXCHANGE_KEY] = state[EXCHANGE_KEY][:, :4]
+    older, _ = _mask_set()
+    older.load_state_dict(state)
+    [record] = older.exchange_records()
+    assert record["removed"] is None and record["active"] == masks.exchange_records()[0]["active"]
+    assert "unrequested_removals" not in older.exchange_extras()["exchange_updates"][0]
 
 
 def test_rigl_on_2to4_reports_each_update_and_its_kernel_precision(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,5 +227,20 @@ def test_rigl_on_2to4_reports_each_update_and_its_kernel_precision(monkeypatch: 
         asked = method.schedule.fraction(step)
         assert update["requested"] <= asked + 1e-9 and update["requested"] > 0.5 * asked  # regrown ones excepted
         assert 0 < update["achieved"] <= update["requested"] and update["as_proposed"] <= update["achieved"]
+        assert 0 <= update["unrequested_removal_share"] <= 1 and update["unrequested_turn_ons"] >= 0
     # The records are what the masks did: the positions turned on at the last update.
     assert {"exchange_requested", "exchange_achieved", "exchange_as_proposed"} <= extras.keys()
+
+
+def test_the_documented_unrequested_changes_are_these_masks() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "methods" / "executions.md").read_text(encoding="utf-8")
+    for fraction in (0.3, 0.15, 0.05):
+        previous, proposed, weight = _rigl_like_update(384, fraction)
+        projected = project_transposable_2to4(proposed, weight, previous)
+        counts = exchange_counts(previous, proposed, projected, weight).tolist()
+        removed, unasked, above, turned_on = counts[4:]
+        row = (f"| {fraction:.2f} | {removed:,} | {unasked:,} ({unasked / removed:.0%}) | {above:,} ({above / unasked:.0%}) "
+               f"| {turned_on:,} |")
+        assert row in page, row
