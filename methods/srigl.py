@@ -9,16 +9,23 @@ differ, dstbench follows condensed-sparsity:
 - a weight is salient when it is among the `n_keep` largest |w| kept by the prune or among the
   `n_drop` largest |dense gradient| of the layer (sparsimony takes the top `n_keep` of both);
 - the threshold is `max(1, int(gamma_sal * k0))`, `k0 = budget // rows` the fan-in without ablation
-  (condensed-sparsity's default `use_sparse_const_fan_in_for_ablation`), lowered when needed so that
-  `budget // row width + 1` neurons stay live.
+  (condensed-sparsity's default `use_sparse_const_fan_in_for_ablation`), or `gamma_sal` itself, an
+  absolute count, from 1 up; lowered when needed so that `ceil(n / row width) + 1` neurons stay live
+  (its `min_neurons`, `n` the layer's active weights);
+- the update replaces that step's optimizer step (`if pruner(): optimizer.step()` in its
+  `train_rigl.py`), SGD's momentum alone is zeroed where a weight is dropped (`reset_momentum`),
+  the dense gradient may be averaged over the last `grad_accumulation_n` steps, and a fractional
+  end is truncated (`T_end = int(0.75 * steps)`): `step_on_update`, `reset_state`,
+  `grad_accumulation` and `t_end_truncated` select these (docs/methods/srigl.md).
 
-Deviations from that code: every prunable layer may ablate (it exempts its last sparse layer, the
-classifier, whose rows are classes; dstbench's classifier head is dense); the layer-wide magnitude
-cut keeps weights of live neurons only (it could keep an ablated neuron's), and a neuron left with
-more than `k` kept weights keeps its `k` largest (it keeps an arbitrary `k`); no sparse
-re-initialisation of the weights (its `use_sparse_initialization`) and no gradient accumulation
-before an update (its `grad_accumulation_n`): every masked method here starts from the same dense
-initialisation and reads one batch's gradient; ties are broken by a seeded random order.
+Deviations from that code, each with its reason on docs/methods/srigl.md: every prunable layer may
+ablate (it exempts its last sparse layer, the classifier, whose rows are classes; dstbench's
+classifier head is dense); the layer-wide magnitude cut keeps weights of live neurons only (it could
+keep an ablated neuron's), and a neuron left with more than `k` kept weights keeps its `k` largest
+(it keeps an arbitrary `k`); no sparse re-initialisation of the weights (its
+`use_sparse_initialization`); all optimizer state is zeroed at dropped and grown positions by
+default (`reset_state: all`; `momentum` is the reference's); ties are broken by a seeded random
+order.
 """
 
 from __future__ import annotations
@@ -29,10 +36,16 @@ from typing import Any, ClassVar
 import torch
 
 from dstbench.dst import phases
+from dstbench.dst.optimizer import STATE_KEYS
 from dstbench.dst.registry import register_method
 from dstbench.dst.masked.constant_fan_in import fan_in, live_neurons, random_fan_in_mask, top_per_row
 from dstbench.dst.masked.masked_method import DropGrowParams, MaskedMethod
 from dstbench.dst.masked.scorers import GradientGrow, Magnitude, select_top
+from dstbench.dst.update_schedule import UpdateSchedule
+
+# What `reset_state` zeroes where a mask turns off or on: every element-wise state, or SGD's
+# momentum alone, as condensed-sparsity's `reset_momentum` does (Adam's moments left as they are).
+RESET_STATES = {"all": STATE_KEYS, "momentum": ("momentum_buffer",)}
 
 
 @register_method("srigl", kind="masked")
@@ -46,9 +59,10 @@ class SRigL(MaskedMethod):
     layer holding `n` weights:
       1. `n_drop = int(n * fraction)`; the `n_keep = n - n_drop` largest |w| are salient, and so are
          the `n_drop` positions of largest |dense gradient| in the layer;
-      2. neuron ablation: a row with fewer than `max(1, int(gamma_sal * k0))` salient weights is
-         ablated (threshold lowered so that at least `B // row width + 1` rows stay live); the live
-         rows get the fan-in `k = B // live` (an ablated row's budget goes to the others: k grows);
+      2. neuron ablation: a row with fewer than `max(1, int(gamma_sal * k0))` salient weights (or
+         `gamma_sal` of them, from 1 up) is ablated (threshold lowered so that at least
+         `ceil(n / row width) + 1` rows stay live); the live rows get the fan-in `k = B // live`
+         (an ablated row's budget goes to the others: k grows);
       3. prune: the `n_keep` largest |w| among live rows' active weights are kept, at most `k` per
          row (a row's largest);
       4. grow: each live row regains exactly `k` by the largest |dense gradient| among its other
@@ -66,26 +80,104 @@ class SRigL(MaskedMethod):
     On a convolution (out, in, kh, kw) a neuron is an output channel: its fan-in counts its filter's
     `in x kh x kw` inputs, and ablation removes the channel's whole filter.
 
-    Parameters: RigL's (`delta_t` 100, `drop_fraction` 0.3, `t_end` 0.75, `distribution` erk) and
+    Parameters: RigL's (`delta_t` 100, `drop_fraction` 0.3, `t_end` 0.75, `distribution` erk),
     `gamma_sal` 0.3 (the default of the authors' code; their ViT configuration uses 0.95 with
-    `distribution: uniform`; 0 ablates nothing). Rules and deviations: the module docstring.
+    `distribution: uniform`; 0 ablates nothing; from 1 up an absolute count), and the reference's
+    behaviours: `step_on_update` (False: the update replaces the step's optimizer step),
+    `grad_accumulation` (1: the update grows by the mean dense gradient of the last n steps),
+    `reset_state` (`all`, or the reference's `momentum`) and `t_end_truncated` (True: a fractional
+    `t_end` truncated to a step). Rules and deviations: the module docstring.
     """
 
     @dataclasses.dataclass
     class Params(DropGrowParams):
-        gamma_sal: float = 0.3  # a neuron with fewer than gamma_sal * k0 salient weights is ablated (0: never)
+        gamma_sal: float = 0.3  # below 1: a neuron with fewer than gamma_sal * k0 salient weights is ablated; from 1 up: fewer than gamma_sal (0: never)
+        step_on_update: bool = False  # True: the optimizer steps on an update step too, before the update (the reference skips that step)
+        grad_accumulation: int = 1  # the update grows by the mean dense gradient of the last n steps (the reference's grad_accumulation_n)
+        reset_state: str = "all"  # zeroed where a mask turns off or on: all optimizer state, or momentum (SGD's alone, the reference's)
+        t_end_truncated: bool = True  # a fractional t_end becomes int(t_end * total_steps), as the reference's T_end (False: rounded)
 
         # A constant fan-in per neuron: stored condensed, or masked, or as CSR; 2:4 sparsity cannot hold one.
         executions: ClassVar[tuple[str, ...]] = ("masked", "csr", "condensed")
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if not 0.0 <= self.gamma_sal <= 1.0:
-                raise ValueError(f"gamma_sal must be in [0, 1], got {self.gamma_sal}")
+            if not self.gamma_sal >= 0.0:
+                raise ValueError(f"gamma_sal must be >= 0 (a fraction of k0 below 1, a count from 1 up), got {self.gamma_sal}")
+            if int(self.grad_accumulation) != self.grad_accumulation or not 1 <= self.grad_accumulation < self.delta_t:
+                raise ValueError(
+                    f"grad_accumulation must be an integer from 1 to delta_t - 1 ({int(self.delta_t) - 1}), got {self.grad_accumulation!r}"
+                )
+            if self.reset_state not in RESET_STATES:
+                raise ValueError(f"reset_state must be one of {list(RESET_STATES)}, got {self.reset_state!r}")
+            if self.reset_state == "momentum" and self.execution != "masked":
+                raise ValueError(
+                    f"reset_state momentum keeps Adam's moments where a weight is masked, which execution {self.execution} "
+                    "does not store (it holds state for active weights alone); use execution masked"
+                )
 
     update_replaces_step = True
     prune = Magnitude()
     grow = GradientGrow()
+
+    def __init__(self, model: torch.nn.Module, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.update_replaces_step = not self.params.step_on_update
+        self.mask_set.reset_keys = RESET_STATES[self.params.reset_state]
+        # The dense gradients summed over an accumulation window (`grad_accumulation` > 1), by layer.
+        self.accumulated: dict[str, torch.Tensor] = {}
+
+    def build_schedule(self) -> UpdateSchedule:
+        return UpdateSchedule(
+            delta_t=int(self.params.delta_t), t_end=float(self.params.t_end), drop_fraction=float(self.params.drop_fraction),
+            total_steps=self.total_steps, truncate_t_end=bool(self.params.t_end_truncated),
+        )
+
+    # -- the reference's gradient accumulation --------------------------------------------------------
+    def accumulating(self, step: int) -> bool:
+        """Whether `step`'s dense gradient joins the next update's: one of the `grad_accumulation`
+        steps ending with an update step (as the reference's hooks accumulate before its update)."""
+        n = int(self.params.grad_accumulation)
+        return n > 1 and any(self.update_due(step + ahead) for ahead in range(n))
+
+    def before_forward(self, step: int) -> None:
+        # csr and condensed form the dense gradient only on steps flagged here.
+        self.execution.before_forward(self.mask_set, self.takes_dense_grad(step) or self.accumulating(step))
+
+    def after_backward(self, step: int) -> None:
+        """Adds this step's dense gradient, over the window's length, to the accumulated ones (unscaled
+        under fp16, each step by its own scale)."""
+        if not self.accumulating(step):
+            return
+        share = float(self.params.grad_accumulation) * (float(self.scaler.get_scale()) if self.scaler else 1.0)
+        with torch.no_grad():
+            for name, weight in self.mask_set.weights.items():
+                if weight.grad is None:
+                    continue
+                part = weight.grad.detach().to(torch.float32) / share
+                if name in self.accumulated:
+                    self.accumulated[name].add_(part)
+                else:
+                    self.accumulated[name] = part.clone()
+
+    def extra_state_dict(self) -> dict[str, Any]:
+        """The masked method's, and the partial sum of an accumulation window a checkpoint falls in."""
+        state = super().extra_state_dict()
+        if self.accumulated:
+            state["accumulated"] = {name: grad.cpu() for name, grad in self.accumulated.items()}
+        return state
+
+    def load_extra_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_extra_state_dict(state)
+        saved = state.get("accumulated") or {}
+        self.accumulated = {name: grad.to(self.device) for name, grad in saved.items()}
+
+    def after_optimizer_step(self, step: int) -> None:
+        super().after_optimizer_step(step)
+        if self.params.reset_state == "momentum":
+            # Adam's moments at masked positions move their weights off zero: mask the weights after
+            # every step, as the reference's wrapped `optimizer.step` does (`apply_mask_to_weights`).
+            self.mask_set.mask_weights()
 
     def initial_mask(self, name: str, weight: torch.Tensor) -> torch.Tensor:
         """`k0 = allotment // rows` random active weights in every output row (all of a layer ERK
@@ -98,7 +190,8 @@ class SRigL(MaskedMethod):
 
     def update_topology(self, step: int) -> None:
         """Prune, ablate and grow every sparse layer back to a constant fan-in (class docstring)."""
-        if not self.gradients_finite():
+        accumulated, self.accumulated = self.accumulated, {}
+        if not self.gradients_finite() or not all(bool(torch.isfinite(g).all()) for g in accumulated.values()):
             self.updates_skipped += 1
             return
         fraction = self.schedule.fraction(step)
@@ -113,7 +206,8 @@ class SRigL(MaskedMethod):
             n_keep = n_active - n_drop
             with self.update_phase(phases.SCORING):
                 magnitude = self.prune(weight, weight.grad).reshape(rows, columns)
-                gradient = self.grow(weight, weight.grad, self.generator).reshape(rows, columns)
+                dense_grad = accumulated.get(name, weight.grad)  # the window's mean, or this step's
+                gradient = self.grow(weight, dense_grad, self.generator).reshape(rows, columns)
             with self.update_phase(phases.PRUNE_GROW):
                 active = self.mask_set.active(name).reshape(rows, columns)
                 live = live_neurons(
@@ -149,6 +243,10 @@ class SRigL(MaskedMethod):
         return {
             **super().result_extras(),
             "gamma_sal": float(self.params.gamma_sal),
+            "reference_behaviour": {
+                "step_on_update": bool(self.params.step_on_update), "grad_accumulation": int(self.params.grad_accumulation),
+                "reset_state": str(self.params.reset_state), "t_end_truncated": bool(self.params.t_end_truncated),
+            },
             "fan_in": {name: layer["fan_in"] for name, layer in layers.items()},
             "live_neurons": {name: layer["live"] for name, layer in layers.items()},
             "ablated_neurons": sum(layer["rows"] - layer["live"] for layer in layers.values()),

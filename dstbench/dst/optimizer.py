@@ -17,20 +17,24 @@ STATE_POWERS: dict[str, int] = {"momentum_buffer": 1, "exp_avg": 1, "exp_avg_sq"
 STATE_KEYS: tuple[str, ...] = tuple(STATE_POWERS)
 
 
-def state_tensors(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list[torch.Tensor]:
-    """The element-wise state tensors `optimizer` holds for `param` (those of its shape)."""
+def state_tensors(
+    optimizer: torch.optim.Optimizer, param: torch.Tensor, keys: Iterable[str] = STATE_KEYS
+) -> list[torch.Tensor]:
+    """The element-wise state tensors `optimizer` holds for `param` (those of its shape), of `keys`."""
     state = optimizer.state.get(param)  # .get: never create entries in the defaultdict
     if not state:
         return []
-    values = (state.get(key) for key in STATE_KEYS)
+    values = (state.get(key) for key in keys)
     return [v for v in values if isinstance(v, torch.Tensor) and v.shape == param.shape]
 
 
 @torch.no_grad()
-def zero_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, where: torch.Tensor) -> None:
-    """Zero `param`'s element-wise optimizer state at the positions where `where` (bool, broadcast
-    to the param's shape) is True."""
-    for value in state_tensors(optimizer, param):
+def zero_state(
+    optimizer: torch.optim.Optimizer, param: torch.Tensor, where: torch.Tensor, keys: Iterable[str] = STATE_KEYS
+) -> None:
+    """Zero `param`'s element-wise optimizer state (of `keys`: all of it by default) at the
+    positions where `where` (bool, broadcast to the param's shape) is True."""
+    for value in state_tensors(optimizer, param, keys):
         value.masked_fill_(where, 0.0)
 
 

@@ -35,13 +35,16 @@ class UpdateSchedule:
 
     `t_end` is a fraction of `total_steps` when <= 1, otherwise an absolute step. The end is
     exclusive, as in rigl-torch: at `t_end_step` the cosine fraction is 0, so an update there would
-    change nothing and still cost a synchronisation (and, for RigL, an optimizer step).
+    change nothing and still cost a synchronisation (and, for RigL, an optimizer step). A fraction
+    becomes a step rounded half up, or with `truncate_t_end` truncated, as calgaryml's
+    condensed-sparsity computes its `T_end = int(0.75 * steps)`.
     """
 
     delta_t: int
     t_end: float
     drop_fraction: float
     total_steps: int
+    truncate_t_end: bool = False
 
     def __post_init__(self) -> None:
         if self.delta_t <= 0:
@@ -53,8 +56,10 @@ class UpdateSchedule:
 
     @property
     def t_end_step(self) -> int:
-        # Rounded, not truncated: int(0.29 * 100) would be 28.
-        return round_half_up(self.t_end * self.total_steps) if self.t_end <= 1 else int(self.t_end)
+        if self.t_end > 1:
+            return int(self.t_end)
+        # Rounded unless asked to truncate: int(0.29 * 100) is 28.
+        return int(self.t_end * self.total_steps) if self.truncate_t_end else round_half_up(self.t_end * self.total_steps)
 
     @property
     def last_update_step(self) -> int:

@@ -217,7 +217,10 @@ def test_checkpoint_round_trip_keeps_the_structure() -> None:
 
 @pytest.mark.parametrize(
     "params, message",
-    [({"execution": "semi_structured"}, "2:4"), ({"gamma_sal": 1.5}, r"gamma_sal must be in \[0, 1\]")],
+    [({"execution": "semi_structured"}, "2:4"), ({"gamma_sal": -0.5}, r"gamma_sal must be >= 0"),
+     ({"grad_accumulation": 3}, r"grad_accumulation must be an integer from 1 to delta_t - 1 \(2\)"),
+     ({"reset_state": "some"}, "reset_state must be one of"),
+     ({"reset_state": "momentum", "execution": "csr"}, "reset_state momentum keeps Adam's moments")],
 )
 def test_invalid_parameters_are_refused(params: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -77,10 +77,13 @@ def live_neurons(
 
     A weight is *salient* when it is among the `n_keep` active weights of largest magnitude (the
     ones the prune keeps) or among the `n_grow` positions of largest gradient in the whole layer
-    (the ones a grow would pick). A row with fewer than `max(1, int(gamma_sal * k0))` salient weights
-    is ablated, `k0 = budget // rows` the fan-in without ablation; the threshold is lowered when
-    needed so that at least `budget // columns + 1` rows stay live, which keeps the fan-in below
-    the row width. `gamma_sal` 0 ablates nothing.
+    (the ones a grow would pick). A row with fewer salient weights than the threshold is ablated:
+    `max(1, int(gamma_sal * k0))` for `gamma_sal` below 1 (`k0 = budget // rows`, the fan-in without
+    ablation), `gamma_sal` itself, an absolute count, from 1 up (as the reference reads its
+    `min_salient_weights_per_neuron`). The threshold is lowered when needed so that at least
+    `ceil(n / columns) + 1` rows stay live, `n = n_keep + n_grow` the layer's active weights (the
+    reference's `min_neurons`), and never fewer than `budget // columns + 1`, which keeps the fan-in
+    within the row width. `gamma_sal` 0 ablates nothing.
     """
     rows, columns = active.shape
     if gamma_sal <= 0:
@@ -89,8 +92,10 @@ def live_neurons(
     salient[select_top(magnitude, active, n_keep, generator)] = True
     salient[select_top(gradient, torch.ones_like(active), n_grow, generator)] = True
     counts = salient.view(rows, columns).sum(dim=1)
-    threshold = torch.tensor(max(1, int(gamma_sal * (budget // rows))), device=active.device)
-    fewest_live = budget // columns  # rows that hold the budget at the full row width
+    least = gamma_sal if gamma_sal >= 1 else max(1, int(gamma_sal * (budget // rows)))
+    threshold = torch.tensor(least, device=active.device, dtype=torch.float32)
+    n_active = n_keep + n_grow
+    fewest_live = max(-(-n_active // columns), budget // columns)  # ceil(n / columns), as the reference
     if fewest_live < rows:
-        threshold = torch.minimum(threshold, counts.sort(descending=True).values[fewest_live])
+        threshold = torch.minimum(threshold, counts.sort(descending=True).values[fewest_live].to(threshold.dtype))
     return counts >= threshold

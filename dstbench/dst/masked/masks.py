@@ -39,11 +39,19 @@ from collections.abc import Mapping
 import torch
 
 from dstbench.util import distributed
-from dstbench.dst.optimizer import zero_state
+from dstbench.dst.optimizer import STATE_KEYS, zero_state
 
 
 class MaskSet:
-    """Masks of named weights, applied in place to gradients, weights and optimizer state."""
+    """Masks of named weights, applied in place to gradients, weights and optimizer state.
+
+    `reset_keys`: the element-wise optimizer state zeroed where a mask is off or turns on (all of it
+    by default, which the invariant above needs). A method that follows a reference resetting less
+    (SRigL's `reset_state: momentum`: SGD's momentum only, Adam's moments kept) narrows it, and must
+    then zero the weights at masked positions after every step itself, as that reference does: with
+    moments left at a masked position the optimizer moves its weight off zero."""
+
+    reset_keys: tuple[str, ...] = STATE_KEYS
 
     def __init__(
         self,
@@ -124,7 +132,7 @@ class MaskSet:
     @torch.no_grad()
     def mask_state(self) -> None:
         for name, weight in self.weights.items():
-            zero_state(self.optimizer, weight, ~self._masks[name])
+            zero_state(self.optimizer, weight, ~self._masks[name], self.reset_keys)
 
     def enforce(self) -> None:
         """Restore the invariant: weights and optimizer state exactly zero at masked positions
@@ -146,7 +154,7 @@ class MaskSet:
             new = distributed.broadcast_(new.contiguous())
         reset = ~(new & mask)
         weight.masked_fill_(reset, 0.0)
-        zero_state(self.optimizer, weight, reset)
+        zero_state(self.optimizer, weight, reset, self.reset_keys)
         mask.copy_(new)
         self._pending[name] = torch.count_nonzero(new)
 
