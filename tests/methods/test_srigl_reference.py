@@ -149,17 +149,18 @@ def test_the_reference_parameters_run_in_speed_and_accuracy_modes(mode: str, tmp
     from dstbench.suite.plan import expand_cases
     from tests.conftest import micro_suite
 
-    methods = [{"name": "srigl", "params": {"delta_t": 3, "step_on_update": True, "grad_accumulation": 2}}]
+    methods = [{"name": "srigl", "params": {"delta_t": 5, "step_on_update": True, "grad_accumulation": 4}}]
     if mode == "accuracy":  # a generated workload with a test split (tests/data/test_teacher.py's)
         model = {**micro_suite()["model"], "img_size": 8, "patch_size": 4, "in_chans": 1, "num_classes": 4}
         data = {"name": "teacher", "teacher": {"classes": 4, "train_size": 64, "test_size": 32}}
         suite = parse_suite(micro_suite(methods=methods, densities=[0.2], mode=mode, model=model, data=data))
-    else:
-        suite = parse_suite(micro_suite(methods=methods, densities=[0.2], mode=mode))
+    else:  # segments long enough to hold the updates at steps 5 and 10
+        timing = {"warmup_steps": 2, "segment_steps": 5, "segments": 3, "total_steps": 40}
+        suite = parse_suite(micro_suite(methods=methods, densities=[0.2], mode=mode, timing=timing))
     [case] = expand_cases(suite)
     result = run_case(CaseTask(suite.model_dump(mode="json"), "s.yaml", case.to_dict(), str(tmp_path)))
     assert result.status == "ok", result.error
     updates = result.topology_updates if mode == "speed" else result.method_extras["topology_updates_total"]
     assert updates > 0
     assert result.method_extras["reference_behaviour"] == {
-        "step_on_update": True, "grad_accumulation": 2, "reset_state": "all", "t_end_truncated": True}
+        "step_on_update": True, "grad_accumulation": 4, "reset_state": "all", "t_end_truncated": True}
