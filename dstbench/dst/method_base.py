@@ -38,6 +38,7 @@ from dstbench.util import distributed
 from dstbench.dst import phases
 from dstbench.dst.ddp_sync import DDPSync
 from dstbench.dst.method_params import param_names, parse_params
+from dstbench.dst.segment_stats import SegmentStats
 from dstbench.dst.update_timing import UpdateTimer
 from dstbench.util.device import synchronize
 from dstbench.models.fused_norms import fuse_block_norms
@@ -46,19 +47,6 @@ from dstbench.dst.update_schedule import UpdateSchedule
 from dstbench.models.timm_models import default_prunable, family, is_vision_transformer, prunable_weights
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclasses.dataclass
-class SegmentStats:
-    """What one `train_segment` call did."""
-
-    steps: int
-    images: int
-    loss: float
-    topology_updates: int
-    topology_ms: float
-    # Sub-phases of the updates in this segment (e.g. "resize", "state_remap"), milliseconds.
-    topology_detail_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Method:
@@ -141,6 +129,12 @@ class Method:
             return f"{cls.name} resizes the attention heads and MLP channels of timm VisionTransformer blocks, which a {family(model)} does not have"
         return None
 
+    @classmethod
+    def builds_own_model(cls, params: Mapping[str, Any]) -> bool:
+        """Whether it trains a model it builds from `model_name` and `model_kwargs` (small_dense's
+        `layout: scaled`): validation refuses it a `model.checkpoint`, which fits the given one."""
+        return False
+
     @dataclasses.dataclass
     class Params:
         pass
@@ -157,6 +151,8 @@ class Method:
         seed: int = 0,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         model_prunable: str | None = None,
+        model_name: str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> None:
         if not 0.0 < density <= 1.0:
@@ -175,6 +171,8 @@ class Method:
         self.loss_fn = loss_fn or F.cross_entropy
         # The suite's `model.prunable`, else the model's default (a method's own `prunable` goes first).
         self.model_prunable = model_prunable or default_prunable(model)
+        # The timm name and kwargs `model` was built from (the harness passes them; `builds_own_model`).
+        self.model_name, self.model_kwargs = model_name, dict(model_kwargs or {})
         self.lr_scheduler: Any = None  # stepped once per training step when set
         self.step = 0  # optimizer steps taken (topology-update steps included)
         self.topology_updates = 0

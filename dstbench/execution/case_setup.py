@@ -99,6 +99,8 @@ def build_method(suite: SuiteConfig, case: Case, device: torch.device, total_ste
         fuse_norms=suite.fuse_norms,
         seed=seed,
         model_prunable=suite.model.prunable,
+        model_name=suite.model.name,
+        model_kwargs=suite.model.kwargs,
         **harness,
         **case.params,
     )

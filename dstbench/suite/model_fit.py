@@ -41,6 +41,9 @@ def methods_problem(suite: Any) -> str | None:
         problem = cls.model_problem(model, dict(spec.params), suite.model.prunable)
         if problem:
             return f"methods.{index}: {spec.key} cannot train {name}: {problem}"
+        if suite.model.checkpoint and cls.builds_own_model(dict(spec.params)):
+            return (f"methods.{index}: {spec.key} builds a model of other widths than {name}, which model.checkpoint "
+                    "cannot be loaded into; leave model.checkpoint out or the method out")
         problem = _construction_problem(cls, suite, spec) if not cls.__module__.startswith("dstbench.") else None
         if problem:
             return f"methods.{index}: {spec.key}: {problem}"
@@ -132,6 +135,9 @@ def compact_layouts(suite: Any) -> list[tuple[str, float, list[int], list[int], 
             continue
         model = model or _model(suite)
         for density in suite.method_densities(spec):
-            heads, hidden = layout(model, density, dict(spec.params))
+            found = layout(model, density, dict(spec.params))
+            if found is None:  # a layout that is not a narrowing of these blocks (small_dense's scaled)
+                continue
+            heads, hidden = found
             out.append((spec.key, float(density), list(heads), list(hidden), layout_density(model, heads, hidden)))
     return out

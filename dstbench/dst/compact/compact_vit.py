@@ -272,7 +272,7 @@ def barter_layout(model: nn.Module, density: float) -> tuple[list[int], list[int
 
 
 def uniform_layout(model: nn.Module, density: float) -> tuple[list[int], list[int]]:
-    """Every block narrowed alike (the RigL paper's Small-Dense): the same `h` heads and `c` FFN
+    """Every block narrowed alike, the embedding width kept: the same `h` heads and `c` FFN
     channels in each, `h = round(density * heads per block)` and at least 1, then `c` the whole
     number of channels per block (at least 1) that brings the prunable weights (qkv, proj, fc1,
     fc2) closest to `round(density * their full count)`. Ties go to the smaller `c`.

@@ -1,6 +1,5 @@
 """The compact ViT's starting layouts: BARTER's (budgets spread over the blocks) and the uniform
-one of the RigL paper's Small-Dense (every block alike, the parameter budget as close as whole
-units allow)."""
+one (every block alike, the embedding kept, the parameter budget as close as whole units allow)."""
 
 from __future__ import annotations
 
