@@ -117,3 +117,13 @@ def test_a_checkpoint_of_the_full_model_is_refused_for_scaled(tmp_path: Any) -> 
     model = {**micro_suite()["model"], "checkpoint": str(checkpoint)}
     with pytest.raises(SuiteError, match="builds a model of other widths .* model.checkpoint cannot be loaded"):
         parse_suite(micro_suite(model=model, methods=[{"name": "small_dense", "params": {"layout": "scaled"}}]))
+
+
+def test_scaled_trains_in_accuracy_mode() -> None:
+    model = {**micro_suite()["model"], "img_size": 8, "patch_size": 4, "in_chans": 1, "num_classes": 4}
+    data = {"name": "teacher", "teacher": {"classes": 4, "train_size": 64, "test_size": 32}}  # a generated test split
+    suite = parse_suite(micro_suite(model=model, data=data, mode="accuracy", densities=[0.5],
+                                    methods=[{"name": "small_dense", "params": {"layout": "scaled"}}]))
+    result = _case(suite, "small_dense@0.5")
+    assert result.status == "ok", result.error
+    assert result.top1 is not None and result.method_extras["layout_rule"] == "scaled"
