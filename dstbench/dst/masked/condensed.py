@@ -212,8 +212,3 @@ class CondensedMaskSet(ActiveValuesMaskSet):
     """`MaskSet`'s interface over `CondensedLinear` layers (`dstbench.dst.masked.active_values`)."""
 
     layer_class = CondensedLinear
-
-    def fan_in_by_layer(self) -> dict[str, dict[str, int]]:
-        """Per layer: `fan_in`, `live` rows and `rows`, read from the structure (no mask is made)."""
-        return {name: {"fan_in": layer.fan_in, "live": int(layer.rows.numel()), "rows": layer.out_features}
-                for name, layer in self.layers.items()}
